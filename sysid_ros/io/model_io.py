@@ -1,0 +1,204 @@
+"""Robot models from URDF (through Pinocchio's parser) and back to Pinocchio.
+
+Unsupported input is rejected here, once, with an error that names the file or joint, never
+inside traced code (as MuJoCo MJX's `put_model` does). Pinocchio merges fixed joints into
+their parent body; continuous joints (cos/sin in Pinocchio) become 1-DoF revolute joints.
+"""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+
+import jax.numpy as jnp
+import numpy as np
+import pinocchio as pin
+
+from sysid_ros.core.types import PRISMATIC, REVOLUTE, Params, RobotModel
+
+EXAMPLE_ROBOT_PREFIX = 'example-robot-data:'
+# Robots of the example-robot-data wheel, by short name: (URDF path below robots/, joints to lock).
+EXAMPLE_ROBOTS = {
+    'panda': ('panda_description/urdf/panda.urdf',
+              ('panda_finger_joint1', 'panda_finger_joint2')),
+    'ur5': ('ur_description/urdf/ur5_robot.urdf', ()),
+    'ur3': ('ur_description/urdf/ur3_robot.urdf', ()),
+    'double_pendulum': ('double_pendulum_description/urdf/double_pendulum.urdf', ()),
+}
+
+_AXIS_BY_SUFFIX = {'X': (1.0, 0.0, 0.0), 'Y': (0.0, 1.0, 0.0), 'Z': (0.0, 0.0, 1.0)}
+
+
+class ModelError(ValueError):
+    """A robot description that cannot be turned into a `RobotModel`."""
+
+
+def example_robot_urdf(name: str) -> tuple[str, tuple[str, ...]]:
+    """Path of an example-robot-data URDF and the joints to lock to make it a fixed-base arm."""
+    if name not in EXAMPLE_ROBOTS:
+        raise ModelError(f'unknown example robot {name!r}; known: {sorted(EXAMPLE_ROBOTS)}')
+    rel, locked = EXAMPLE_ROBOTS[name]
+    root = os.path.join(sysconfig.get_paths()['purelib'], 'cmeel.prefix', 'share',
+                        'example-robot-data', 'robots')
+    path = os.path.join(root, rel)
+    if not os.path.isfile(path):
+        raise ModelError(f'{path}: not found; is the example-robot-data wheel installed?')
+    return path, locked
+
+
+def _joint_kind(jmodel, name: str):
+    """(joint type, continuous, axis) of a Pinocchio 1-DoF joint, or ModelError."""
+    short = jmodel.shortname()
+    for prefix, kind, continuous in (('JointModelRUB', REVOLUTE, True),
+                                     ('JointModelR', REVOLUTE, False),
+                                     ('JointModelP', PRISMATIC, False)):
+        suffix = short[len(prefix):]
+        if short.startswith(prefix) and suffix in _AXIS_BY_SUFFIX:
+            return kind, continuous, _AXIS_BY_SUFFIX[suffix]
+    unaligned = {'JointModelRevoluteUnaligned': (REVOLUTE, False),
+                 'JointModelRevoluteUnboundedUnaligned': (REVOLUTE, True),
+                 'JointModelPrismaticUnaligned': (PRISMATIC, False)}
+    if short in unaligned:
+        kind, continuous = unaligned[short]
+        axis = np.asarray(jmodel.extract().axis, dtype=float)
+        return kind, continuous, tuple(float(a) for a in axis / np.linalg.norm(axis))
+    raise ModelError(f'joint {name!r}: unsupported joint type {short} '
+                     '(supported: revolute, continuous, prismatic, fixed)')
+
+
+def _body_names(pmodel: pin.Model) -> list[str]:
+    """Name of the first BODY frame attached to each joint (the URDF child link)."""
+    names = [None] * pmodel.njoints
+    for frame in pmodel.frames:
+        if frame.type == pin.FrameType.BODY and names[frame.parentJoint] is None:
+            names[frame.parentJoint] = frame.name
+    return names
+
+
+def from_pinocchio(pmodel: pin.Model, dtype=jnp.float64) -> tuple[RobotModel, Params]:
+    """Convert a Pinocchio model of 1-DoF joints on a fixed base to `(RobotModel, Params)`."""
+    if pmodel.njoints < 2:
+        raise ModelError(f'model {pmodel.name!r} has no moving joint')
+    bodies = _body_names(pmodel)
+    kinds, continuous, axes, placements, inertials = [], [], [], [], []
+    q_min, q_max = [], []
+    for j in range(1, pmodel.njoints):
+        name = pmodel.names[j]
+        kind, cont, axis = _joint_kind(pmodel.joints[j], name)
+        placement = pmodel.jointPlacements[j]
+        kinds.append(kind)
+        continuous.append(cont)
+        axes.append(axis)
+        placements.append(np.concatenate([placement.translation,
+                                          pin.rpy.matrixToRpy(placement.rotation)]))
+        inertials.append(pmodel.inertias[j].toDynamicParameters())
+        iq = pmodel.joints[j].idx_q
+        lo, hi = (-np.inf, np.inf) if cont else (pmodel.lowerPositionLimit[iq],
+                                                    pmodel.upperPositionLimit[iq])
+        q_min.append(float(lo))
+        q_max.append(float(hi))
+    model = RobotModel(
+        name=pmodel.name,
+        link_names=tuple(bodies[1:]),
+        joint_names=tuple(pmodel.names[1:]),
+        parents=tuple(int(p) - 1 for p in pmodel.parents[1:]),
+        joint_types=tuple(kinds),
+        continuous=tuple(continuous),
+        axis=tuple(axes),
+        gravity=tuple(float(g) for g in pmodel.gravity.linear),
+        q_min=tuple(q_min),
+        q_max=tuple(q_max),
+        v_max=tuple(float(v) for v in pmodel.velocityLimit),
+        effort_max=tuple(float(e) for e in pmodel.effortLimit),
+    )
+    nv = model.nv
+    params = Params(
+        inertial=jnp.asarray(np.stack(inertials), dtype),
+        placement=jnp.asarray(np.stack(placements), dtype),
+        armature=jnp.asarray(pmodel.armature, dtype),
+        damping=jnp.asarray(pmodel.damping, dtype),
+        coulomb=jnp.asarray(pmodel.friction, dtype),
+        stribeck=jnp.zeros((nv, 2), dtype),
+    )
+    return model, params
+
+
+def load_pinocchio(urdf: str, locked_joints=(), keep_joints=None) -> pin.Model:
+    """Parse a URDF (file path, XML string or `example-robot-data:NAME`) with Pinocchio.
+
+    Args:
+      urdf: path to a `.urdf` file, the URDF XML itself (as on `robot_description`), or
+        `example-robot-data:panda` (fingers locked) and the like.
+      locked_joints: names of joints to lock at their zero (or nearest in-limit) position.
+      keep_joints: if given, every other movable joint is locked too; each must exist.
+
+    Raises:
+      ModelError: missing or malformed file, unknown joint name, unsupported joint type.
+    """
+    locked = list(locked_joints)
+    if urdf.startswith(EXAMPLE_ROBOT_PREFIX):
+        urdf, default_locked = example_robot_urdf(urdf[len(EXAMPLE_ROBOT_PREFIX):])
+        locked += [j for j in default_locked if j not in locked]
+    source = 'robot_description string' if urdf.lstrip().startswith('<') else urdf
+    try:
+        if source == urdf:
+            if not os.path.isfile(urdf):
+                raise ModelError(f'{urdf}: URDF file not found')
+            pmodel = pin.buildModelFromUrdf(urdf)
+        else:
+            pmodel = pin.buildModelFromXML(urdf)
+    except ModelError:
+        raise
+    except Exception as exc:  # Pinocchio raises plain RuntimeError/ValueError on bad XML.
+        raise ModelError(f'{source}: cannot parse URDF: {str(exc).strip()}') from exc
+    names = list(pmodel.names)
+    for name in list(locked) + list(keep_joints or ()):
+        if name not in names:
+            raise ModelError(f'{source}: no joint named {name!r}; joints: {names[1:]}')
+    if keep_joints is not None:
+        locked += [n for n in names[1:] if n not in keep_joints and n not in locked]
+    if locked:
+        q_ref = np.clip(pin.neutral(pmodel), pmodel.lowerPositionLimit,
+                        pmodel.upperPositionLimit)
+        pmodel = pin.buildReducedModel(pmodel, [pmodel.getJointId(n) for n in locked], q_ref)
+    return pmodel
+
+
+def load_urdf(urdf: str, locked_joints=(), keep_joints=None, dtype=jnp.float64):
+    """URDF (path, XML string or `example-robot-data:NAME`) -> `(RobotModel, Params)`."""
+    return from_pinocchio(load_pinocchio(urdf, locked_joints, keep_joints), dtype)
+
+
+def to_pinocchio(model: RobotModel, params: Params) -> pin.Model:
+    """Build the Pinocchio model of `(model, params)`: the reference for verification."""
+    pmodel = pin.Model()
+    pmodel.name = model.name
+    pmodel.gravity = pin.Motion(np.asarray(model.gravity), np.zeros(3))
+    inertial = np.asarray(params.inertial, dtype=float)
+    placement = np.asarray(params.placement, dtype=float)
+    for i, parent in enumerate(model.parents):
+        axis = np.asarray(model.axis[i], dtype=float)
+        if model.joint_types[i] == PRISMATIC:
+            joint = pin.JointModelPrismaticUnaligned(axis)
+        elif model.continuous[i]:
+            joint = pin.JointModelRevoluteUnboundedUnaligned(axis)
+        else:
+            joint = pin.JointModelRevoluteUnaligned(axis)
+        frame = pin.SE3(pin.rpy.rpyToMatrix(placement[i, 3:]), placement[i, :3])
+        jid = pmodel.addJoint(parent + 1, joint, frame, model.joint_names[i])
+        pmodel.appendBodyToJoint(jid, pin.Inertia.FromDynamicParameters(inertial[i]),
+                                 pin.SE3.Identity())
+        joint_frame = pmodel.addJointFrame(jid)
+        pmodel.addBodyFrame(model.link_names[i], jid, pin.SE3.Identity(), joint_frame)
+    pmodel.armature = np.asarray(params.armature, dtype=float)
+    pmodel.damping = np.asarray(params.damping, dtype=float)
+    pmodel.friction = np.asarray(params.coulomb, dtype=float)
+    return pmodel
+
+
+def pinocchio_configuration(model: RobotModel, q) -> np.ndarray:
+    """Our joint angles (nv,) -> Pinocchio's configuration (cos, sin for continuous joints)."""
+    out = []
+    for i, qi in enumerate(np.asarray(q, dtype=float)):
+        out.extend([np.cos(qi), np.sin(qi)] if model.continuous[i] else [qi])
+    return np.asarray(out)
