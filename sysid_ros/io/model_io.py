@@ -15,6 +15,7 @@ import numpy as np
 import pinocchio as pin
 
 from sysid_ros.core.types import PRISMATIC, REVOLUTE, Params, RobotModel
+from sysid_ros.io.errors import InputError
 
 EXAMPLE_ROBOT_PREFIX = 'example-robot-data:'
 # Robots of the example-robot-data wheel, by short name: (URDF path below robots/, joints to lock).
@@ -29,7 +30,7 @@ EXAMPLE_ROBOTS = {
 _AXIS_BY_SUFFIX = {'X': (1.0, 0.0, 0.0), 'Y': (0.0, 1.0, 0.0), 'Z': (0.0, 0.0, 1.0)}
 
 
-class ModelError(ValueError):
+class ModelError(InputError):
     """A robot description that cannot be turned into a `RobotModel`."""
 
 
