@@ -1,0 +1,586 @@
+"""Typed, validated configuration of an identification problem.
+
+One YAML file describes a problem; it is also a ROS 2 parameters file (`/**: ros__parameters:`
+or `<node>: ros__parameters:` at the top). `load_yaml` reads it, `from_dict` validates a plain
+nested dict and `from_flat_dict` the dotted names of ROS parameters (`parameters.link2.mass.min`).
+Validation happens here, once; a bad value raises `ConfigError` naming the file, the dotted key
+and what was expected, e.g. `config/foo.yaml: estimator.particles: expected int >= 1, got 0`.
+
+Sections: `model`, `parameters`, `data`, `estimator` (see the dataclasses below for every key,
+its default and unit). `parameters` is a nested map whose leaves are `{min, max, init}`:
+
+    parameters:
+      link2:
+        mass: {min: 0.05, max: 0.5, init: 0.2}
+        com:
+          x: {min: -0.2, max: 0.2}
+      joint1:
+        damping: {min: 0.0, max: 0.5}
+
+and flattens to `{'link2.mass': (0.05, 0.5), 'link2.com.x': (-0.2, 0.2), ...}`. A missing
+`min` is -inf (0 for non-negative quantities such as masses), a missing `max` is inf.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import os
+import re
+from typing import Any, Mapping
+
+import yaml
+
+from sysid_ros.core import parameters as _parameters
+from sysid_ros.io.errors import InputError
+
+__all__ = [
+    'ACTUATORS',
+    'INTEGRATORS',
+    'METHODS',
+    'LOSSES',
+    'ConfigError',
+    'ModelConfig',
+    'ParametersConfig',
+    'DataConfig',
+    'EstimatorConfig',
+    'Config',
+    'from_dict',
+    'from_flat_dict',
+    'load_yaml',
+    'to_dict',
+    'parameter_spec',
+]
+
+ACTUATORS = ('ideal', 'viscous', 'coulomb_viscous', 'stribeck', 'nn_friction', 'nn_residual',
+             'ff_nn')
+INTEGRATORS = ('semi_implicit_euler', 'rk4')
+METHODS = ('csvgd', 'svgd', 'sgld', 'nuts', 'emcee', 'cem', 'diffnea', 'nea')
+LOSSES = ('one_step', 'rollout')
+TORQUE_FROM_JOINT_STATES = 'joint_states.effort'
+
+# Friction attributes that each white-box actuator model leaves unused.
+_UNUSED_BY_ACTUATOR = {
+    'ideal': ('damping', 'coulomb', 'stribeck.torque', 'stribeck.velocity'),
+    'viscous': ('coulomb', 'stribeck.torque', 'stribeck.velocity'),
+    'coulomb_viscous': ('stribeck.torque', 'stribeck.velocity'),
+}
+_BOUND_KEYS = ('min', 'max', 'init')
+_URI = re.compile(r'^[A-Za-z][A-Za-z0-9+.\-]*:')          # example-robot-data:panda, package://
+_ROS_NAME = re.compile(r'^(~/?|/)?[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$')
+_SCIENTIFIC = re.compile(r'^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$')  # '1e-3': a str in YAML 1.1
+
+
+class ConfigError(InputError):
+    """Invalid configuration; the message names the file, the dotted key and the expectation."""
+
+
+def _error(path: str | None, key: str, message: str) -> ConfigError:
+    return ConfigError(f'{path}: {key}: {message}' if path else f'{key}: {message}')
+
+
+def _opt(default: Any, kind: str, unit: str = '', doc: str = '', **checks):
+    """Make a dataclass field with validation metadata (kind, unit, choices, gt, ge, ...)."""
+    meta = dict(kind=kind, unit=unit, doc=doc, **checks)
+    if isinstance(default, dict):
+        return dataclasses.field(default_factory=lambda: dict(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+# ------------------------------------------------------------------------------------------
+# Scalar validation
+# ------------------------------------------------------------------------------------------
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _as_number(value, path, key, what='number'):
+    if isinstance(value, str) and _SCIENTIFIC.match(value.strip()):
+        value = float(value)
+    if not _is_number(value) or math.isnan(value):
+        raise _error(path, key, f'expected {what}, got {value!r}')
+    return float(value)
+
+
+def _range(meta: Mapping[str, Any]) -> str:
+    """' > 0', ' >= 1' or '' from the field metadata."""
+    if meta.get('gt') is not None:
+        return f' > {meta["gt"]:g}'
+    if meta.get('ge') is not None:
+        return f' >= {meta["ge"]:g}'
+    return ''
+
+
+def _describe(kind: str, meta: Mapping[str, Any]) -> str:
+    what = {'float': 'number', 'int': 'int', 'str': 'non-empty string', 'topic': 'topic name',
+            'str_list': 'list of non-empty strings', 'topic_list': 'list of topic names',
+            'float_list': 'number or list of numbers', 'map': 'map'}[kind]
+    return what + _range(meta)
+
+
+def _check_range(value, meta, path, key, what):
+    gt, ge = meta.get('gt'), meta.get('ge')
+    if (gt is not None and not value > gt) or (ge is not None and not value >= ge):
+        raise _error(path, key, f'expected {what}, got {value!r}')
+
+
+def _check_topic(value, path, key):
+    if not isinstance(value, str) or not _ROS_NAME.match(value):
+        raise _error(path, key, f'expected a ROS topic name such as /joint_states, got {value!r}')
+    return value
+
+
+def _list(value, path, key, what):
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
+        raise _error(path, key, f'expected {what}, got {value!r}')
+    return list(value)
+
+
+def _validate(value, meta: Mapping[str, Any], path, key):
+    """Check one option against its field metadata; returns the normalised value."""
+    kind = meta['kind']
+    if value is None and meta.get('optional'):
+        return None
+    choices = meta.get('choices')
+    if choices is not None:
+        if value not in choices:
+            raise _error(path, key, f'expected one of {" | ".join(choices)}, got {value!r}')
+        return value
+    what = _describe(kind, meta)
+    if kind == 'float':
+        value = _as_number(value, path, key, what)
+        if math.isinf(value):
+            raise _error(path, key, f'expected a finite {what}, got {value!r}')
+        _check_range(value, meta, path, key, what)
+    elif kind == 'int':
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _error(path, key, f'expected {what}, got {value!r}')
+        _check_range(value, meta, path, key, what)
+    elif kind == 'str':
+        if not isinstance(value, str) or not value.strip():
+            raise _error(path, key, f'expected {what}, got {value!r}')
+    elif kind == 'topic':
+        value = _check_topic(value, path, key)
+    elif kind in ('str_list', 'topic_list'):
+        items = _list(value, path, key, what)
+        for i, item in enumerate(items):
+            if kind == 'topic_list':
+                _check_topic(item, path, f'{key}[{i}]')
+            elif not isinstance(item, str) or not item.strip():
+                raise _error(path, f'{key}[{i}]', f'expected a non-empty string, got {item!r}')
+        duplicates = sorted({i for i in items if items.count(i) > 1})
+        if duplicates:
+            raise _error(path, key, f'expected unique entries, got duplicates {duplicates}')
+        value = tuple(items)
+    elif kind == 'float_list':
+        items = [value] if _is_number(value) or isinstance(value, str) else _list(
+            value, path, key, what)
+        value = tuple(_as_number(v, path, f'{key}[{i}]') for i, v in enumerate(items))
+        for i, v in enumerate(value):
+            _check_range(v, meta, path, f'{key}[{i}]', 'number' + _range(meta))
+    elif kind == 'map':
+        if not isinstance(value, Mapping):
+            raise _error(path, key, f'expected {what}, got {value!r}')
+        value = dict(value)
+    return value
+
+
+def _section(cls, d, path, name):
+    """Build the dataclass `cls` of section `name` from the map `d`, rejecting unknown keys."""
+    if d is None:
+        d = {}
+    if not isinstance(d, Mapping):
+        raise _error(path, name, f'expected a map, got {d!r}')
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in d:
+        if key not in fields:
+            raise _error(path, f'{name}.{key}', 'unknown key; expected one of '
+                         + ', '.join(fields))
+    return cls(**{k: _validate(v, fields[k].metadata, path, f'{name}.{k}') for k, v in d.items()})
+
+
+# ------------------------------------------------------------------------------------------
+# Sections
+# ------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """`model:` the robot, its joints and its actuator and integrator models.
+
+    Attributes:
+      urdf: URDF file (relative paths resolve against the config file's directory), the URDF
+        XML itself, or a reference such as `example-robot-data:panda` that `io.model_io`
+        resolves. Exactly one of `urdf` and `builder` is set.
+      builder: name of a canonical system in `core.builders` (e.g. `double_pendulum`).
+      builder_args: keyword arguments of the builder (e.g. `{l1: 0.5}`).
+      joints: joints that form the state vector, in order; empty: all movable joints.
+      actuator: actuator/friction model, one of ACTUATORS.
+      integrator: one of INTEGRATORS.
+      dt: integration step [s]; None: 1 / data.rate.
+    """
+
+    urdf: str | None = _opt(None, 'str', optional=True)
+    builder: str | None = _opt(None, 'str', optional=True)
+    builder_args: dict[str, Any] = _opt({}, 'map')
+    joints: tuple[str, ...] = _opt((), 'str_list')
+    actuator: str = _opt('viscous', 'str', choices=ACTUATORS)
+    integrator: str = _opt('semi_implicit_euler', 'str', choices=INTEGRATORS)
+    dt: float | None = _opt(None, 'float', unit='s', optional=True, gt=0.0)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], path: str | None = None) -> 'ModelConfig':
+        """Validate the `model` section; relative `urdf` paths resolve against `path`'s folder."""
+        cfg = _section(cls, d, path, 'model')
+        if (cfg.urdf is None) == (cfg.builder is None):
+            raise _error(path, 'model', 'expected exactly one of urdf and builder, got '
+                         + ('both' if cfg.urdf is not None else 'neither'))
+        if cfg.urdf is not None:
+            cfg = dataclasses.replace(cfg, urdf=_resolve_urdf(cfg.urdf, path))
+            if cfg.builder_args:
+                raise _error(path, 'model.builder_args', 'only allowed with model.builder')
+        else:
+            _check_builder(cfg.builder, cfg.builder_args, path)
+        return cfg
+
+
+def _resolve_urdf(urdf: str, path: str | None) -> str:
+    """Resolve a URDF file path against the config's folder; keep XML and `scheme:` refs."""
+    if urdf.lstrip().startswith('<') or _URI.match(urdf):
+        return urdf
+    resolved = os.path.expanduser(urdf)
+    if not os.path.isabs(resolved) and path is not None:
+        resolved = os.path.join(os.path.dirname(os.path.abspath(path)), resolved)
+    resolved = os.path.normpath(resolved)
+    if not os.path.isfile(resolved):
+        raise _error(path, 'model.urdf', f'expected an existing URDF file, got {urdf!r} '
+                     f'(looked for {resolved})')
+    return resolved
+
+
+def _check_builder(builder: str, args: Mapping[str, Any], path: str | None) -> None:
+    """Check the builder's name and argument names against `core.builders.BUILDERS`."""
+    try:
+        from sysid_ros.core.builders import BUILDERS
+    except ImportError:                         # builders not available: leave it to the model
+        return
+    if builder not in BUILDERS:
+        raise _error(path, 'model.builder',
+                     f'expected one of {" | ".join(BUILDERS)}, got {builder!r}')
+    signature = inspect.signature(BUILDERS[builder])
+    accepts_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+    for key in args:
+        if not accepts_any and key not in signature.parameters:
+            raise _error(path, f'model.builder_args.{key}',
+                         f'unknown argument of builder {builder!r}; expected one of '
+                         + ', '.join(signature.parameters))
+
+
+@dataclasses.dataclass(frozen=True)
+class ParametersConfig:
+    """`parameters:` the physical parameters to identify.
+
+    Attributes:
+      bounds: flat name (e.g. 'link2.com.x') -> (min, max) in physical units (+-inf allowed),
+        in file order; see `core.parameters` for the names and units.
+      init: flat name -> initial value, for the parameters that give one.
+    """
+
+    bounds: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    init: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.bounds)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], path: str | None = None) -> 'ParametersConfig':
+        """Flatten and validate the nested `parameters` map."""
+        if not isinstance(d, Mapping) or not d:
+            raise _error(path, 'parameters', 'expected a non-empty map of links and joints, '
+                         f'got {d!r}')
+        bounds, init = {}, {}
+        for obj, tree in d.items():
+            if not isinstance(obj, str) or not obj:
+                raise _error(path, f'parameters.{obj}', 'expected a link or joint name')
+            _flatten(tree, (obj,), path, bounds, init)
+        return cls(bounds=bounds, init=init)
+
+
+def _flatten(tree, keys: tuple[str, ...], path, bounds, init) -> None:
+    """Walk `parameters.<obj>.<attr...>` down to the `{min, max, init}` leaves."""
+    key = 'parameters.' + '.'.join(str(k) for k in keys)
+    if not isinstance(tree, Mapping) or not tree:
+        raise _error(path, key, f'expected a map with min/max (and optional init), got {tree!r}')
+    leaf_keys = [k for k in tree if k in _BOUND_KEYS]
+    if not leaf_keys:
+        for sub, subtree in tree.items():
+            _flatten(subtree, keys + (str(sub),), path, bounds, init)
+        return
+    if len(leaf_keys) != len(tree):
+        other = [k for k in tree if k not in _BOUND_KEYS]
+        raise _error(path, f'{key}.{other[0]}', 'unknown key; expected one of min, max, init')
+    attribute = '.'.join(keys[1:])
+    if attribute not in _parameters.ATTRIBUTES:
+        raise _error(path, key, f'unknown attribute {attribute!r}; expected one of '
+                     + ', '.join(_parameters.ATTRIBUTES))
+    nonnegative = attribute in _parameters.NONNEGATIVE_ATTRIBUTES
+    lo = _as_number(tree.get('min', 0.0 if nonnegative else -math.inf), path, f'{key}.min')
+    hi = _as_number(tree.get('max', math.inf), path, f'{key}.max')
+    if nonnegative and lo < 0.0:
+        raise _error(path, f'{key}.min', f'expected number >= 0 ({attribute} cannot be '
+                     f'negative), got {lo!r}')
+    if not lo < hi:
+        raise _error(path, f'{key}.max', f'expected number > min = {lo!r}, got {hi!r}')
+    name = '.'.join(keys)
+    bounds[name] = (lo, hi)
+    if 'init' in tree:
+        value = _as_number(tree['init'], path, f'{key}.init')
+        if not lo <= value <= hi:
+            raise _error(path, f'{key}.init', f'expected number in [{lo}, {hi}], got {value!r}')
+        init[name] = value
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """`data:` where measurements come from and how they are resampled.
+
+    Attributes:
+      rate: resampling rate [Hz].
+      joint_states_topic: sensor_msgs/JointState topic.
+      torque_source: `joint_states.effort` or a topic with the applied torques.
+      mocap_topics: geometry_msgs/PoseStamped topics, one per tracked body.
+      noise_std: measurement noise standard deviation per observed dimension (one number:
+        the same for all) [rad, rad/s, m]; empty: the estimator's default.
+    """
+
+    rate: float = _opt(100.0, 'float', unit='Hz', gt=0.0)
+    joint_states_topic: str = _opt('/joint_states', 'topic')
+    torque_source: str = _opt(TORQUE_FROM_JOINT_STATES, 'str')
+    mocap_topics: tuple[str, ...] = _opt((), 'topic_list')
+    noise_std: tuple[float, ...] = _opt((), 'float_list', gt=0.0)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], path: str | None = None) -> 'DataConfig':
+        """Validate the `data` section."""
+        cfg = _section(cls, d, path, 'data')
+        if cfg.torque_source != TORQUE_FROM_JOINT_STATES and not _ROS_NAME.match(
+                cfg.torque_source):
+            raise _error(path, 'data.torque_source', f'expected {TORQUE_FROM_JOINT_STATES!r} '
+                         f'or a topic name, got {cfg.torque_source!r}')
+        return cfg
+
+
+@dataclasses.dataclass(frozen=True)
+class EstimatorConfig:
+    """`estimator:` the inference method and its settings.
+
+    Attributes:
+      method: one of METHODS (point estimators: diffnea, nea; the others are Bayesian).
+      particles: number of particles (a point estimator may run several starts).
+      iterations: optimiser / sampler steps.
+      shooting_windows: trajectory segments of multiple shooting (1: single shooting).
+      learning_rate: optimiser step size (in unconstrained coordinates).
+      seed: PRNG seed.
+      loss: `one_step` (next-state prediction) or `rollout` (simulate `rollout_horizon` steps).
+      rollout_horizon: steps simulated per window in the `rollout` loss [steps].
+    """
+
+    method: str = _opt('diffnea', 'str', choices=METHODS)
+    particles: int = _opt(1, 'int', ge=1)
+    iterations: int = _opt(200, 'int', ge=1)
+    shooting_windows: int = _opt(1, 'int', ge=1)
+    learning_rate: float = _opt(1e-2, 'float', gt=0.0)
+    seed: int = _opt(0, 'int')
+    loss: str = _opt('rollout', 'str', choices=LOSSES)
+    rollout_horizon: int = _opt(50, 'int', unit='steps', ge=1)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], path: str | None = None) -> 'EstimatorConfig':
+        """Validate the `estimator` section."""
+        return _section(cls, d, path, 'estimator')
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A whole problem description.
+
+    Attributes:
+      model, parameters, data, estimator: the sections.
+      source: the file it was read from, if any.
+    """
+
+    model: ModelConfig
+    parameters: ParametersConfig
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    estimator: EstimatorConfig = dataclasses.field(default_factory=EstimatorConfig)
+    source: str | None = None
+
+    @property
+    def dt(self) -> float:
+        """Integration step [s]: model.dt, else 1 / data.rate."""
+        return self.model.dt if self.model.dt is not None else 1.0 / self.data.rate
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], path: str | None = None) -> 'Config':
+        return from_dict(d, path)
+
+
+_SECTIONS = ('model', 'parameters', 'data', 'estimator')
+
+
+def from_dict(d: Mapping[str, Any], path: str | None = None) -> Config:
+    """Validate a plain nested dict (no ros__parameters wrapper) into a `Config`.
+
+    Args:
+      d: the configuration.
+      path: the file it came from; named in errors and used to resolve relative URDF paths.
+
+    Raises:
+      ConfigError: unknown key, wrong type, bad range or inconsistent sections.
+    """
+    if not isinstance(d, Mapping):
+        raise ConfigError(f'{path}: expected a map at the top level, got {type(d).__name__}'
+                          if path else f'expected a map, got {type(d).__name__}')
+    for key in d:
+        if key not in _SECTIONS:
+            raise _error(path, str(key), 'unknown section; expected one of '
+                         + ', '.join(_SECTIONS))
+    for key in ('model', 'parameters'):
+        if key not in d:
+            raise _error(path, key, 'missing section')
+    cfg = Config(model=ModelConfig.from_dict(d['model'], path),
+                 parameters=ParametersConfig.from_dict(d['parameters'], path),
+                 data=DataConfig.from_dict(d.get('data'), path),
+                 estimator=EstimatorConfig.from_dict(d.get('estimator'), path),
+                 source=None if path is None else str(path))
+    unused = _UNUSED_BY_ACTUATOR.get(cfg.model.actuator, ())
+    for name in cfg.parameters.names:
+        attribute = _parameters.split_name(name)[1]
+        if attribute in unused:
+            raise _error(path, f'parameters.{name}',
+                         f'{attribute} is not part of actuator {cfg.model.actuator!r}; '
+                         'expected a model.actuator that uses it (e.g. stribeck)')
+    return cfg
+
+
+def from_flat_dict(flat: Mapping[str, Any], path: str | None = None) -> Config:
+    """Validate ROS-style dotted names (`{'parameters.link2.mass.min': 0.05, ...}`)."""
+    nested: dict[str, Any] = {}
+    for name, value in flat.items():
+        node = nested
+        *heads, last = str(name).split('.')
+        for i, head in enumerate(heads):
+            node = node.setdefault(head, {})
+            if not isinstance(node, dict):
+                raise _error(path, '.'.join(heads[:i + 1]), 'is both a value and a map')
+        if isinstance(node.get(last), dict):
+            raise _error(path, name, 'is both a value and a map')
+        node[last] = value
+    return from_dict(nested, path)
+
+
+def _unwrap_ros(d, path, node: str | None):
+    """Strip `<node>: ros__parameters:`; merge `/**` with `node`'s entry (node wins)."""
+    if not isinstance(d, Mapping):
+        return d
+    wrapped = {k: v for k, v in d.items()
+               if isinstance(v, Mapping) and 'ros__parameters' in v}
+    if not wrapped:
+        return d
+    if len(wrapped) != len(d):
+        plain = next(k for k in d if k not in wrapped)
+        raise _error(path, str(plain), 'plain key beside <node>: ros__parameters sections')
+    for key, value in wrapped.items():
+        if set(value) != {'ros__parameters'}:
+            extra = next(k for k in value if k != 'ros__parameters')
+            raise _error(path, f'{key}.{extra}', 'unknown key; expected ros__parameters')
+    wildcard = [k for k in wrapped if k in ('/**', '**')]
+    named = [k for k in wrapped if k not in wildcard]
+    if node is not None:
+        bare = node.strip('/').split('/')[-1]
+        named = [k for k in named if k.strip('/').split('/')[-1] == bare]
+    elif len(named) > 1 or (named and wildcard):
+        raise ConfigError(f'{path}: several ros__parameters sections ({", ".join(wrapped)}); '
+                          'pass the node name to choose')
+    if not wildcard and not named:
+        raise ConfigError(f'{path}: no ros__parameters section for node {node!r} or /**; '
+                          f'sections: {", ".join(wrapped)}')
+    merged: dict[str, Any] = {}
+    for key in wildcard + named:
+        _deep_merge(merged, wrapped[key]['ros__parameters'] or {})
+    return merged
+
+
+def _deep_merge(into: dict, new: Mapping) -> None:
+    for key, value in new.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _deep_merge(into[key], value)
+        else:
+            into[key] = dict(value) if isinstance(value, Mapping) else value
+
+
+def load_yaml(path: str | os.PathLike, node: str | None = None) -> Config:
+    """Read and validate a YAML config, plain or wrapped in `<node>: ros__parameters:`.
+
+    Args:
+      path: the YAML file.
+      node: node name to select when the file has several `ros__parameters` sections (its
+        entry is merged over `/**`).
+
+    Raises:
+      ConfigError: unreadable file, invalid YAML or invalid configuration.
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, encoding='utf-8') as f:
+            d = yaml.safe_load(f)
+    except OSError as exc:
+        raise ConfigError(f'{path}: cannot read: {exc.strerror}') from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f'{path}: invalid YAML: {exc}') from exc
+    if d is None:
+        raise ConfigError(f'{path}: empty file')
+    return from_dict(_unwrap_ros(d, path, node), path)
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    """Turn a `Config` into a nested plain dict that `from_dict` accepts.
+
+    None values and empty lists or maps are left out, so that a ROS parameters file can hold it.
+    """
+    out: dict[str, Any] = {}
+    for section in ('model', 'data', 'estimator'):
+        values = {}
+        for f in dataclasses.fields(getattr(cfg, section)):
+            value = getattr(getattr(cfg, section), f.name)
+            if value is None or (isinstance(value, (tuple, dict)) and not value):
+                continue
+            values[f.name] = list(value) if isinstance(value, tuple) else value
+        out[section] = values
+    tree: dict[str, Any] = {}
+    for name, (lo, hi) in cfg.parameters.bounds.items():
+        obj, attribute = _parameters.split_name(name)
+        node = tree.setdefault(obj, {})
+        for part in attribute.split('.'):
+            node = node.setdefault(part, {})
+        node['min'], node['max'] = lo, hi
+        if name in cfg.parameters.init:
+            node['init'] = cfg.parameters.init[name]
+    out['parameters'] = tree
+    return out
+
+
+def parameter_spec(cfg: Config, model) -> _parameters.ParameterSpec:
+    """Build the `core.parameters.ParameterSpec` of `cfg.parameters` for `model` (RobotModel).
+
+    Raises:
+      ConfigError: a parameter names a link or joint that `model` does not have.
+    """
+    try:
+        return _parameters.make_parameter_spec(model, cfg.parameters.bounds,
+                                               init=cfg.parameters.init)
+    except ValueError as exc:
+        raise ConfigError(f'{cfg.source}: parameters.{exc}' if cfg.source
+                          else f'parameters.{exc}') from exc
