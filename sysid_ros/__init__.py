@@ -1,0 +1,1 @@
+"""sysid_ros: identification of robot dynamic parameters from ROS 2 sensor streams."""

@@ -1,0 +1,1 @@
+"""Pure-JAX core: model pytrees, dynamics, simulation, likelihoods and estimators."""

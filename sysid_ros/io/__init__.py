@@ -1,0 +1,1 @@
+"""ROS-free I/O: configuration, URDF loading, window buffers, rosbags and results."""

@@ -1,0 +1,1 @@
+"""Thin rclpy adapters: nodes, message conversions and ROS parameters."""

@@ -1,0 +1,137 @@
+"""Package plumbing: manifest, layering of the ROS-free layers, colcon and pip installs."""
+
+import ast
+import importlib.metadata
+import os
+import pathlib
+import pkgutil
+import shutil
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGE = 'sysid_ros'
+
+REQUIRED_EXEC_DEPENDS = {
+    'rclpy', 'sensor_msgs', 'geometry_msgs', 'std_msgs', 'std_srvs', 'diagnostic_msgs',
+    'rcl_interfaces', 'python3-numpy', 'python3-scipy', 'python3-yaml', 'pinocchio',
+}
+REQUIRED_TEST_DEPENDS = {'ament_copyright', 'ament_flake8', 'ament_pep257', 'python3-pytest'}
+
+# Modules that only a ROS 2 install provides; the core and io layers must load none of them.
+ROS_MODULES = ('rclpy', 'rcl_interfaces', 'std_msgs', 'sensor_msgs', 'geometry_msgs',
+               'std_srvs', 'diagnostic_msgs')
+
+
+def _manifest():
+    return ET.parse(REPO_ROOT / 'package.xml').getroot()
+
+
+def _setup_keywords():
+    """Keyword arguments of the `setup(...)` call in setup.py whose values are literals."""
+    tree = ast.parse((REPO_ROOT / 'setup.py').read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, 'id', None) == 'setup':
+            return {kw.arg: kw.value for kw in node.keywords}
+    raise AssertionError('setup.py has no setup(...) call')
+
+
+def test_manifest_is_format_3_ament_python_with_required_depends():
+    root = _manifest()
+    assert root.tag == 'package'
+    assert root.get('format') == '3'
+    assert root.findtext('name') == PACKAGE
+    assert root.findtext('license') == 'Apache-2.0'
+    assert root.find('maintainer').get('email')
+    assert root.findtext('export/build_type') == 'ament_python'
+    exec_depends = {e.text for e in root.findall('exec_depend')}
+    test_depends = {e.text for e in root.findall('test_depend')}
+    assert REQUIRED_EXEC_DEPENDS <= exec_depends, REQUIRED_EXEC_DEPENDS - exec_depends
+    assert REQUIRED_TEST_DEPENDS <= test_depends, REQUIRED_TEST_DEPENDS - test_depends
+
+
+def test_setup_py_agrees_with_manifest():
+    keywords = _setup_keywords()
+    assert ast.literal_eval(keywords['version']) == _manifest().findtext('version')
+    scripts = ast.literal_eval(keywords['entry_points'])['console_scripts']
+    assert 'sysid = sysid_ros.cli:main' in scripts
+
+
+def test_fastdds_profile_binds_only_loopback():
+    root = ET.parse(REPO_ROOT / 'config' / 'fastdds_localhost.xml').getroot()
+    ns = {'dds': 'http://www.eprosima.com'}
+    participant = root.find('dds:profiles/dds:participant', ns)
+    assert participant.get('is_default_profile') == 'true'
+    assert participant.findtext('dds:rtps/dds:useBuiltinTransports', namespaces=ns) == 'false'
+    addresses = [a.text for a in root.iter('{http://www.eprosima.com}address')]
+    assert addresses and set(addresses) == {'127.0.0.1'}
+
+
+def test_core_and_io_do_not_load_ros():
+    layers = [REPO_ROOT / PACKAGE / name for name in ('core', 'io')]
+    if not any(list(pkgutil.iter_modules([str(path)])) for path in layers):
+        pytest.skip('sysid_ros.core and sysid_ros.io have no modules yet')
+    # A fresh interpreter imports both layers and every module under them.
+    code = textwrap.dedent(f"""
+        import importlib, pkgutil, sys
+        import sysid_ros.core, sysid_ros.io
+        for package in (sysid_ros.core, sysid_ros.io):
+            for module in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):
+                importlib.import_module(module.name)
+        assert 'rclpy' not in sys.modules
+        print(sorted(m for m in sys.modules if m.split('.')[0] in {ROS_MODULES!r}))
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, [str(REPO_ROOT), os.environ.get('PYTHONPATH')])))
+    result = subprocess.run([sys.executable, '-c', code], cwd=REPO_ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == '[]', f'ROS modules loaded: {result.stdout}'
+
+
+def test_pip_install_puts_sysid_script_beside_python():
+    # setup.cfg sends scripts to lib/sysid_ros for colcon; pip must still put them in bin/.
+    # Only pip records direct_url.json; this skips the sysid_ros.egg-info in the source tree
+    # and colcon installs.
+    if not any(dist.read_text('direct_url.json')
+               for dist in importlib.metadata.distributions(name=PACKAGE)):
+        pytest.skip('sysid_ros is not pip-installed in this interpreter')
+    scripts_dir = pathlib.Path(sys.executable).parent
+    assert (scripts_dir / 'sysid').is_file() or (scripts_dir / 'sysid.exe').is_file()
+
+
+def _colcon():
+    bin_dir = str(pathlib.Path(sys.executable).parent)
+    return shutil.which('colcon', path=os.pathsep.join([bin_dir, os.environ.get('PATH', '')]))
+
+
+@pytest.mark.skipif(_colcon() is None, reason='colcon is not installed')
+def test_colcon_build_installs_package(tmp_path):
+    env = dict(os.environ, COLCON_HOME=str(tmp_path / 'colcon_home'))  # ignore user defaults
+    result = subprocess.run(
+        [_colcon(), '--log-base', str(tmp_path / 'log'), 'build',
+         '--base-paths', str(REPO_ROOT),
+         '--build-base', str(tmp_path / 'build'),
+         '--install-base', str(tmp_path / 'install')],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert 'Summary: 1 package finished' in result.stdout, result.stdout
+
+    prefix = tmp_path / 'install' / PACKAGE
+    share = prefix / 'share' / PACKAGE
+    assert (prefix / 'share/ament_index/resource_index/packages' / PACKAGE).is_file()
+    assert (share / 'package.xml').is_file()
+    # Built as ros.ament_python (not plain python): colcon-ros adds the AMENT_PREFIX_PATH hook.
+    assert (share / 'hook' / 'ament_prefix_path.dsv').is_file()
+    for pattern in ('launch/*.launch.py', 'config/*.yaml'):
+        expected = sorted(path.relative_to(REPO_ROOT) for path in REPO_ROOT.glob(pattern))
+        installed = sorted(path.relative_to(share) for path in share.glob(pattern))
+        assert installed == expected, pattern
+    # `ros2 run sysid_ros sysid` looks for the executable in lib/<package>.
+    script = prefix / 'lib' / PACKAGE / 'sysid'
+    assert script.is_file() and os.access(script, os.X_OK)
+    assert list(prefix.glob(f'lib/python3*/site-packages/{PACKAGE}/core/__init__.py'))
