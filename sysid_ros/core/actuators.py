@@ -1,0 +1,253 @@
+"""Actuator and joint-friction models: commanded torque u -> torque applied at the joints.
+
+The rigid-body dynamics (`dynamics.aba`) conserve energy; real joints lose it to friction and
+real motors do not apply exactly the commanded torque. An actuator model
+`tau = g(q, qd, u; params)` sits between the command and the dynamics. The seven models span
+white box to black box, as in seed 001 (DiffNEA, Lutter et al. 2021) §3.4:
+
+| name              | applied torque tau                                                | passive |
+|-------------------|-------------------------------------------------------------------|---------|
+| `ideal`           | u                                                                 | yes     |
+| `viscous`         | u - d qd                                                          | yes     |
+| `coulomb_viscous` | u - d qd - c sgn(qd)                                              | yes     |
+| `stribeck`        | u - d qd - (c + fs exp(-(qd / vs)^2)) sgn(qd)                     | yes     |
+| `nn_friction`     | u - d qd - softplus(a(q, qd)) qd - softplus(b(q, qd)) sgn(qd)     | yes     |
+| `nn_residual`     | u - d qd + NN(q, qd, u)                                           | no      |
+| `ff_nn`           | NN(q, qd, u)                                                      | no      |
+
+with d = `params.damping`, c = `params.coulomb`, [fs, vs] = `params.stribeck`, [a; b] a network
+output and sgn the smooth sign `tanh(qd / eps)`. All products are elementwise, per joint.
+
+Passivity: with u = 0 a passive model's friction torque tau_f satisfies qd . tau_f <= 0, so the
+mechanical energy E (whose rate is dE/dt = qd . tau) never increases. For the white-box models
+this holds when d, c, fs >= 0, which the virtual-parameter map is to enforce; the
+`nn_friction` model guarantees it for any network weights (see `nn_friction`).
+
+Every function takes one state (no batch axes; batch with `jax.vmap`) and is differentiable
+with respect to q, qd, u and every leaf of `Params`. Network weights are read from
+`params.network` (a tuple of `(W, b)` pairs, see `networks` and `init_network`).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sysid_ros.core import networks
+from sysid_ros.core.types import PRISMATIC, Params, RobotModel
+
+# Velocity scale of the smooth sign tanh(qd / eps) [rad/s or m/s]. Below about eps the Coulomb
+# torque fades linearly to zero, so the ODE stays smooth (integrators keep their order, gradients
+# exist) at the cost of a small slip at standstill. Near zero velocity Coulomb friction c acts
+# like a viscous damper of gain c / eps: explicit integrators need dt well below
+# eps * (joint inertia) / c to stay stable, so pass a larger eps for coarse time steps.
+DEFAULT_EPS = 1e-2
+
+
+def smooth_sign(qd, eps=DEFAULT_EPS):
+    """tanh(qd / eps): a smooth, odd sign; sign-exact (qd * smooth_sign(qd) >= 0 in floats)."""
+    return jnp.tanh(qd / eps)
+
+
+def joint_features(model: RobotModel, q):
+    """Network input features of the joint positions (nv,) -> (nf,).
+
+    Revolute joints contribute [sin q_i, cos q_i] (so the features are 2 pi periodic and
+    bounded), prismatic joints q_i [m]. The length `nf` is `num_joint_features(model)`.
+    """
+    parts = []
+    for i, joint_type in enumerate(model.joint_types):
+        if joint_type == PRISMATIC:
+            parts.append(q[i:i + 1])
+        else:
+            parts.append(jnp.stack([jnp.sin(q[i]), jnp.cos(q[i])]))
+    return jnp.concatenate(parts)
+
+
+def num_joint_features(model: RobotModel) -> int:
+    """Length of `joint_features(model, q)`."""
+    return sum(1 if t == PRISMATIC else 2 for t in model.joint_types)
+
+
+def _stribeck_bump(qd, vs):
+    """exp(-(qd / vs)^2), and its limit 0 where vs == 0 (NaN-free value and gradient)."""
+    valid = vs != 0
+    vs_safe = jnp.where(valid, vs, 1.0)
+    return jnp.where(valid, jnp.exp(-jnp.square(qd / vs_safe)), 0.0)
+
+
+def ideal(model: RobotModel, params: Params, q, qd, u):
+    """Ideal actuator: the joints receive the commanded torque, tau = u.
+
+    Args:
+      model: static tree.
+      params: physical parameters (unused).
+      q, qd: (nv,) joint positions [rad, m] and velocities [rad/s, m/s].
+      u: (nv,) commanded joint torques/forces [N m, N].
+
+    Returns:
+      (nv,) torques/forces applied at the joints [N m, N].
+    """
+    del model, params, q, qd
+    return u
+
+
+def viscous(model: RobotModel, params: Params, q, qd, u):
+    """Viscous friction, tau = u - damping * qd (arguments as in `ideal`)."""
+    del model, q
+    return u - params.damping * qd
+
+
+def coulomb_viscous(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS):
+    """Coulomb and viscous friction, tau = u - damping qd - coulomb tanh(qd / eps).
+
+    Args:
+      model, params, q, qd, u: as in `ideal`.
+      eps: velocity scale of the smooth sign [rad/s or m/s], see `DEFAULT_EPS`.
+    """
+    del model, q
+    return u - params.damping * qd - params.coulomb * smooth_sign(qd, eps)
+
+
+def stribeck(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS):
+    """Stribeck friction: a static torque that falls to the Coulomb level as speed grows.
+
+    tau = u - damping qd - (coulomb + fs exp(-(qd / vs)^2)) tanh(qd / eps), with the excess
+    static torque fs = stribeck[:, 0] [N m, N] and the Stribeck velocity vs = stribeck[:, 1]
+    [rad/s, m/s]; a joint with vs = 0 has no Stribeck term.
+
+    Args:
+      model, params, q, qd, u: as in `ideal`.
+      eps: velocity scale of the smooth sign [rad/s or m/s], see `DEFAULT_EPS`.
+    """
+    del model, q
+    fs, vs = params.stribeck[:, 0], params.stribeck[:, 1]
+    breakaway = params.coulomb + fs * _stribeck_bump(qd, vs)
+    return u - params.damping * qd - breakaway * smooth_sign(qd, eps)
+
+
+def nn_friction(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS):
+    """Viscous friction plus a state-dependent neural friction that can only dissipate energy.
+
+    A network maps `(joint_features(q), qd)` to `[a; b]` (2 nv,), and
+
+      tau_f = -softplus(a) * qd - softplus(b) * tanh(qd / eps),
+      tau = u - damping * qd + tau_f,
+
+    a configuration- and speed-dependent viscous gain and Coulomb level. Seed 001's
+    NN-Friction learns a non-negative, state-dependent friction magnitude that opposes the
+    motion; softplus (rather than an absolute value) and tanh keep this version smooth.
+
+    Passivity is exact, for any weights and in floating point: softplus(.) >= 0,
+    qd_i^2 >= 0 and qd_i tanh(qd_i / eps) >= 0 (tanh keeps the sign of its argument), so every
+    joint's power qd_i tau_f_i is a product of factors of known sign and is <= 0; their sum
+    qd . tau_f is <= 0 too.
+
+    Args:
+      model, params, q, qd, u: as in `ideal`; `params.network` holds the weights made by
+        `init_network(key, model, 'nn_friction')`.
+      eps: velocity scale of the smooth sign [rad/s or m/s], see `DEFAULT_EPS`.
+    """
+    nv = model.nv
+    out = networks.mlp(params.network, jnp.concatenate([joint_features(model, q), qd]))
+    gain, level = jax.nn.softplus(out[:nv]), jax.nn.softplus(out[nv:])
+    friction = -gain * qd - level * smooth_sign(qd, eps)
+    return u - params.damping * qd + friction
+
+
+def nn_residual(model: RobotModel, params: Params, q, qd, u):
+    """Viscous friction plus an unconstrained network residual, tau = u - d qd + NN(q, qd, u).
+
+    Not passive: the residual can inject energy. Arguments as in `ideal`; weights from
+    `init_network(key, model, 'nn_residual')`.
+    """
+    x = jnp.concatenate([joint_features(model, q), qd, u])
+    return u - params.damping * qd + networks.mlp(params.network, x)
+
+
+def ff_nn(model: RobotModel, params: Params, q, qd, u):
+    """Black-box actuator, tau = NN(q, qd, u) (not passive).
+
+    Arguments as in `ideal`; weights from `init_network(key, model, 'ff_nn')`.
+    """
+    x = jnp.concatenate([joint_features(model, q), qd, u])
+    return networks.mlp(params.network, x)
+
+
+ACTUATORS = {
+    'ideal': ideal,
+    'viscous': viscous,
+    'coulomb_viscous': coulomb_viscous,
+    'stribeck': stribeck,
+    'nn_friction': nn_friction,
+    'nn_residual': nn_residual,
+    'ff_nn': ff_nn,
+}
+
+# Models whose friction never adds energy (for non-negative d, c, fs; `nn_friction` always).
+PASSIVE = frozenset({'ideal', 'viscous', 'coulomb_viscous', 'stribeck', 'nn_friction'})
+
+# Models that read `params.network`.
+NEURAL = frozenset({'nn_friction', 'nn_residual', 'ff_nn'})
+
+
+def get_actuator(actuator):
+    """Resolve an actuator given by name (a key of `ACTUATORS`) or as a callable.
+
+    A callable must have the signature `fn(model, params, q, qd, u) -> tau`, e.g.
+    `functools.partial(coulomb_viscous, eps=1e-3)`.
+
+    Raises:
+      ValueError: for an unknown name.
+    """
+    if callable(actuator):
+        return actuator
+    try:
+        return ACTUATORS[actuator]
+    except (KeyError, TypeError):
+        raise ValueError(f'actuator: expected one of {sorted(ACTUATORS)} or a callable, '
+                         f'got {actuator!r}') from None
+
+
+def init_network(key, model: RobotModel, kind: str, hidden=(32, 32), out_scale=0.1,
+                 init_friction=1e-2, dtype=jnp.float64):
+    """Initial network weights for the actuator model `kind`, for `Params.network`.
+
+    | kind          | input                          | output                       |
+    |---------------|--------------------------------|------------------------------|
+    | `nn_friction` | features(q), qd (nf + nv)      | [a; b] (2 nv), see nn_friction |
+    | `nn_residual` | features(q), qd, u (nf + 2 nv) | residual torque (nv)         |
+    | `ff_nn`       | features(q), qd, u (nf + 2 nv) | applied torque (nv)          |
+
+    Args:
+      key: PRNG key.
+      model: static tree (fixes the input and output sizes).
+      kind: a key of `ACTUATORS`; models without a network get the empty tuple.
+      hidden: widths of the hidden layers.
+      out_scale: factor on the output layer's random weights; small values start the network
+        near its output bias (a near-constant friction, a near-zero residual).
+      init_friction: `nn_friction` only: the initial viscous gain [N m s/rad] and Coulomb level
+        [N m] at the output bias, softplus(bias) = init_friction.
+      dtype: float dtype of the weights.
+
+    Returns:
+      Tuple of `(W, b)` pairs (empty for white-box models).
+
+    Raises:
+      ValueError: for an unknown kind.
+    """
+    if kind not in ACTUATORS:
+        raise ValueError(f'init_network: kind: expected one of {sorted(ACTUATORS)}, got {kind!r}')
+    nv, nf = model.nv, num_joint_features(model)
+    if kind == 'nn_friction':
+        sizes, bias = (nf + nv, *hidden, 2 * nv), _inverse_softplus(init_friction)
+    elif kind in ('nn_residual', 'ff_nn'):
+        sizes, bias = (nf + 2 * nv, *hidden, nv), 0.0
+    else:
+        return ()
+    return networks.init_mlp(key, sizes, out_scale=out_scale, out_bias=bias, dtype=dtype)
+
+
+def _inverse_softplus(y):
+    """x with softplus(x) = y > 0, in NumPy (initial values only)."""
+    y = np.asarray(y, dtype=float)
+    return y + np.log(-np.expm1(-y))

@@ -1,0 +1,153 @@
+"""Forward dynamics with an actuator model, time steppers and the rollout simulator.
+
+The state is `x = [q; qd]` (2 nv,) [rad or m, rad/s or m/s] and the continuous dynamics are
+
+  xdot = [qd; aba(q, qd, g(q, qd, u))],
+
+with `g` an actuator model of `actuators.ACTUATORS`. A step function has the signature
+`step_fn(model, params, x, u, dt, actuator) -> x_next` and holds the command `u` (nv,)
+constant over the step. `rollout` scans a step over a control sequence.
+
+`actuator`, `integrator` and `substeps` are static (Python strings, callables and ints): mark
+them static when jitting (`jax.jit(rollout, static_argnames=('integrator', 'actuator',
+'substeps'))`). Everything else is an array or a pytree of arrays, so rollouts vmap over
+parameter particles and initial states and differentiate with respect to both.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from sysid_ros.core import actuators, dynamics
+from sysid_ros.core.types import Params, RobotModel
+
+
+def forward_dynamics(model: RobotModel, params: Params, q, qd, u, actuator='viscous'):
+    """Joint accelerations under a commanded torque, qdd = aba(q, qd, g(q, qd, u)).
+
+    Args:
+      model: static tree.
+      params: physical parameters (friction and network weights included).
+      q, qd: (nv,) joint positions [rad, m] and velocities [rad/s, m/s].
+      u: (nv,) commanded joint torques/forces [N m, N].
+      actuator: name in `actuators.ACTUATORS` or a callable with the same signature.
+
+    Returns:
+      (nv,) joint accelerations [rad/s^2, m/s^2].
+    """
+    tau = actuators.get_actuator(actuator)(model, params, q, qd, u)
+    return dynamics.aba(model, params, q, qd, tau)
+
+
+def state_derivative(model: RobotModel, params: Params, x, u, actuator='viscous'):
+    """Time derivative of the state, xdot = [qd; qdd] (2 nv,), for x = [q; qd] (2 nv,)."""
+    nv = model.nv
+    q, qd = x[:nv], x[nv:]
+    return jnp.concatenate([qd, forward_dynamics(model, params, q, qd, u, actuator)])
+
+
+def semi_implicit_euler(model: RobotModel, params: Params, x, u, dt, actuator='viscous'):
+    """One semi-implicit (symplectic) Euler step, seed 000 eq. 4.
+
+    qdd = aba(q_t, qd_t, tau_t);  qd_{t+1} = qd_t + dt qdd;  q_{t+1} = q_t + dt qd_{t+1}.
+
+    First order, but symplectic for the ideal actuator: the energy error stays bounded
+    instead of drifting.
+
+    Args:
+      model: static tree.
+      params: physical parameters.
+      x: (2 nv,) state [q; qd].
+      u: (nv,) commanded torques [N m, N], held over the step.
+      dt: time step [s] (scalar).
+      actuator: name in `actuators.ACTUATORS` or a callable.
+
+    Returns:
+      (2 nv,) state after `dt`.
+    """
+    nv = model.nv
+    q, qd = x[:nv], x[nv:]
+    qd_next = qd + dt * forward_dynamics(model, params, q, qd, u, actuator)
+    return jnp.concatenate([q + dt * qd_next, qd_next])
+
+
+def rk4(model: RobotModel, params: Params, x, u, dt, actuator='viscous'):
+    """One classical fourth-order Runge-Kutta step of xdot = [qd; qdd] (arguments as in
+    `semi_implicit_euler`); four forward-dynamics evaluations."""
+    f = functools.partial(state_derivative, model, params, u=u, actuator=actuator)
+    k1 = f(x)
+    k2 = f(x + 0.5 * dt * k1)
+    k3 = f(x + 0.5 * dt * k2)
+    k4 = f(x + dt * k3)
+    return x + (dt / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+
+
+INTEGRATORS = {
+    'semi_implicit_euler': semi_implicit_euler,
+    'rk4': rk4,
+}
+
+
+def get_integrator(integrator):
+    """Resolve a step function given by name (a key of `INTEGRATORS`) or as a callable.
+
+    Raises:
+      ValueError: for an unknown name.
+    """
+    if callable(integrator):
+        return integrator
+    try:
+        return INTEGRATORS[integrator]
+    except (KeyError, TypeError):
+        raise ValueError(f'integrator: expected one of {sorted(INTEGRATORS)} or a callable, '
+                         f'got {integrator!r}') from None
+
+
+def rollout(model: RobotModel, params: Params, x0, controls, dt,
+            integrator='semi_implicit_euler', actuator='viscous', substeps=1):
+    """Simulate from `x0` under a zero-order-hold control sequence.
+
+    Each control sample `controls[t]` is held for `dt`, covered by `substeps` integration
+    steps of length `dt / substeps`. The scan body is wrapped in `jax.checkpoint`: reverse-mode
+    gradients store one state per control sample and recompute the step's internals, which
+    keeps memory small and, as measured for the Panda (ARCHITECTURE.md), compilation quicker.
+
+    Args:
+      model: static tree.
+      params: physical parameters (vmap over a leading particle axis for a batch).
+      x0: (2 nv,) initial state [q; qd].
+      controls: (T, nv) commanded joint torques/forces [N m, N].
+      dt: control period [s] (scalar).
+      integrator: name in `INTEGRATORS` or a step function (static).
+      actuator: name in `actuators.ACTUATORS` or a callable (static).
+      substeps: integration steps per control sample (static int >= 1).
+
+    Returns:
+      (T + 1, 2 nv) states, `x0` first.
+
+    Raises:
+      ValueError: for an unknown integrator or actuator, or substeps < 1.
+    """
+    step_fn = get_integrator(integrator)
+    actuators.get_actuator(actuator)
+    if int(substeps) != substeps or substeps < 1:
+        raise ValueError(f'rollout: substeps: expected int >= 1, got {substeps!r}')
+    substeps = int(substeps)
+    dtype = jnp.result_type(x0, controls, params.inertial)
+    x0 = jnp.asarray(x0, dtype)
+    h = dt / substeps
+
+    def advance(x, u):
+        return step_fn(model, params, x, u, h, actuator).astype(dtype)
+
+    @functools.partial(jax.checkpoint, prevent_cse=False)
+    def body(x, u):
+        if substeps == 1:
+            x = advance(x, u)
+        else:
+            x = jax.lax.fori_loop(0, substeps, lambda _, x: advance(x, u), x)
+        return x, x
+
+    _, states = jax.lax.scan(body, x0, controls)
+    return jnp.concatenate([x0[None], states], axis=0)
