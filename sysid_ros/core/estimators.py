@@ -1,0 +1,441 @@
+"""Point estimators of physical parameters: DiffNEA (Adam on virtual parameters) and NEA.
+
+Both follow the shape of optax / blackjax algorithms: a factory builds an `Estimator`, a
+NamedTuple of two pure functions,
+
+    state = estimator.init(key, theta0)
+    state, info = estimator.step(state, data)
+
+and the posterior is `state.theta`, particles (P, M) in physical units in the order of
+`spec.names` (a point estimate is one particle; several particles are independent restarts).
+
+  * `make_diffnea` (seed 001, Lutter et al. 2021, §3): gradient descent with an optax
+    optimiser (Adam in the paper) on the unconstrained coordinates z of the `ParameterSpec`.
+    Every z maps inside the bounds, and the six inertia entries of a link that is fully free
+    go through DiffNEA's virtual inertia (square roots of the principal second moments and
+    the principal axes' rpy), so those bodies are physically consistent by construction. The
+    loss is any `loss_fn(params, data) -> ()`, e.g. `core.losses.make_loss_fn`.
+  * `make_nea` (the "Newton-Euler algorithm" baseline of seed 001 §4.1.2; Atkeson, An and
+    Hollerbach 1986): least squares on the joint-torque regressor. Inverse dynamics is linear
+    in each body's inertial 10-vector, tau = Y(q, qd, qdd) pi (`dynamics.regressor`), and the
+    additive friction of the actuator model (viscous, Coulomb, armature) is linear in its
+    coefficients. The regression is restricted to the spec: its columns are Y d pi/d theta
+    (plus the friction and armature columns), the torque of every parameter not in the spec
+    sits on the right-hand side. Each `step` is one Gauss-Newton iteration of this least-squares
+    problem, solved as a minimum-norm `lstsq` in bounds-scaled coordinates, so directions the
+    data cannot see (the null space of the base parameters) keep their initial values. When
+    theta -> pi is linear (masses with known COMs, inertia entries, friction: the classic
+    case) the first step is the exact least-squares solution; for bilinear cases (mass and
+    COM both free, where mc = m c) the following steps converge to it. With all ten
+    attributes of a link free this is the classic solve for the 10-vector mapped to
+    (m, c = mc / m, inertia about the COM).
+    The raw solution may violate bounds or physical consistency, so it is projected
+    (`project_consistent`): clip into the bounds, project fully free inertia blocks onto the
+    consistent set through the virtual parameters (negative principal second moments set to
+    zero), and if still inconsistent move back along the segment towards the (consistent)
+    initial guess to the last consistent point (bisection; the consistent set is convex in
+    theta). `NEAInfo` reports whether the raw solution was consistent.
+
+Everything here is pure JAX: jit `init`/`step` yourself (the pipeline does).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from sysid_ros.core import actuators, dynamics, parameters
+from sysid_ros.core.types import Params, RobotModel
+
+__all__ = [
+    'Estimator',
+    'EstimatorState',
+    'StepInfo',
+    'NEAInfo',
+    'RegressorData',
+    'make_diffnea',
+    'make_nea',
+    'make_regressor_data',
+    'project_consistent',
+    'consistent_anchor',
+    'initial_particles',
+]
+
+# Actuator models whose friction is additive, u = tau_rigid + f(q, qd): usable by NEA.
+ADDITIVE_ACTUATORS = frozenset({'ideal', 'viscous', 'coulomb_viscous', 'stribeck',
+                                'nn_friction'})
+
+
+class EstimatorState(NamedTuple):
+    """State of a point estimator.
+
+    Attributes:
+      theta: (P, M) current particles in physical units (the posterior).
+      z: (P, M) the optimiser's coordinates: DiffNEA's unconstrained z; NEA's raw
+        (unprojected) Gauss-Newton iterate in physical units.
+      aux: method state: DiffNEA's optax state (vmapped over particles); NEA's (P, M)
+        projection anchor (the consistent initial guess).
+      iteration: () int, steps taken.
+    """
+
+    theta: jax.Array
+    z: jax.Array
+    aux: Any
+    iteration: jax.Array
+
+
+class StepInfo(NamedTuple):
+    """Diagnostics of one step (the loss and gradient are those at the state before it).
+
+    Attributes:
+      loss: (P,) loss of each particle [-].
+      grad_norm: (P,) Euclidean norm of the loss gradient in the optimiser's coordinates.
+      num_nonfinite: () number of particles whose loss or gradient was not finite (they were
+        left unchanged).
+    """
+
+    loss: jax.Array
+    grad_norm: jax.Array
+    num_nonfinite: jax.Array
+
+
+class NEAInfo(NamedTuple):
+    """Diagnostics of one NEA (Gauss-Newton least-squares) step.
+
+    Attributes:
+      loss, grad_norm, num_nonfinite: as in `StepInfo`; the loss is the mean squared torque
+        residual normalised per joint by the spread of the measured torques.
+      rank: (P,) numerical rank of the (scaled) regression matrix.
+      raw_consistent: (P,) whether the raw least-squares solution was within bounds and
+        physically consistent (before projection).
+      step_norm: (P,) size of the Gauss-Newton step in bounds-scaled coordinates.
+    """
+
+    loss: jax.Array
+    grad_norm: jax.Array
+    num_nonfinite: jax.Array
+    rank: jax.Array
+    raw_consistent: jax.Array
+    step_norm: jax.Array
+
+
+class Estimator(NamedTuple):
+    """`init(key, theta0=None) -> EstimatorState`; `step(state, data) -> (state, info)`."""
+
+    init: Callable
+    step: Callable
+
+
+class RegressorData(NamedTuple):
+    """Stacked inverse-dynamics samples for NEA (build with `make_regressor_data`).
+
+    Attributes:
+      regressor: (N, nv, 10 nb) joint-torque regressor Y of each sample.
+      q, qd, qdd: (N, nv) joint positions, velocities, accelerations.
+      tau: (N, nv) measured commanded torques [N m, N].
+      torque_scale: (nv,) normalising spread of each joint's torque [N m, N].
+    """
+
+    regressor: jax.Array
+    q: jax.Array
+    qd: jax.Array
+    qdd: jax.Array
+    tau: jax.Array
+    torque_scale: jax.Array
+
+
+# ------------------------------------------------------------------------------------------
+# Shared helpers
+# ------------------------------------------------------------------------------------------
+
+def _block_mask(spec: parameters.ParameterSpec) -> np.ndarray:
+    """(M,) bool: entries that belong to a DiffNEA inertia block of the spec."""
+    links = set(spec.diffnea_links)
+    return np.asarray([b in links and a in parameters.INERTIA_ATTRIBUTES
+                       for b, a in zip(spec.bodies, spec.attributes)], dtype=bool)
+
+
+def _clip_and_project_blocks(spec, theta):
+    """Clip into the bounds (except DiffNEA block entries) and project the blocks onto the
+    consistent set through the virtual parameters."""
+    block = _block_mask(spec)
+    theta = jnp.where(block, theta, jnp.clip(theta, spec.lower.astype(theta.dtype),
+                                             spec.upper.astype(theta.dtype)))
+    if block.any():
+        round_trip = spec.from_unconstrained(spec.to_unconstrained(theta))
+        theta = jnp.where(block, round_trip, theta)
+    return theta
+
+
+def _within_bounds(spec, theta):
+    """() bool: every entry within its bounds, DiffNEA block entries excepted."""
+    inside = (theta >= spec.lower) & (theta <= spec.upper)
+    return jnp.all(inside | _block_mask(spec), axis=-1)
+
+
+def project_consistent(spec: parameters.ParameterSpec, base: Params, theta: jax.Array,
+                       anchor: jax.Array, num_bisection: int = 50) -> jax.Array:
+    """Map a parameter vector into the bounds and onto physically consistent values.
+
+    1. Clip every entry into its bounds (entries of fully free inertia blocks excepted: their
+       bounds only serve initialisation, see `ParameterSpec`).
+    2. Project each fully free inertia block onto the consistent set: through DiffNEA's
+       virtual parameters, negative principal second moments are set to zero
+       (`inertia.virtual_from_inertia`); the inertia about the joint axis is kept where the
+       other moments can absorb the change.
+    3. If still inconsistent (e.g. a single free inertia entry outside the triangle
+       inequalities of the fixed ones), return the last consistent point of the segment from
+       `anchor` to the result of 2, found by bisection on the convex consistent set.
+
+    Args:
+      spec: the parameter spec.
+      base: Params supplying the parameters not in the spec.
+      theta: (M,) physical values.
+      anchor: (M,) a consistent point within the bounds (e.g. the initial guess); if it is not
+        consistent, neither may be the result.
+      num_bisection: bisection steps (the distance to the boundary halves each step).
+
+    Returns:
+      (M,) projected values.
+    """
+    theta = _clip_and_project_blocks(spec, jnp.asarray(theta))
+    anchor = jnp.asarray(anchor, theta.dtype)
+    ok = spec.is_consistent(theta, base)
+
+    def bisect(_, bracket):
+        lo, hi = bracket
+        mid = 0.5 * (lo + hi)
+        good = spec.is_consistent(anchor + mid * (theta - anchor), base)
+        return jnp.where(good, mid, lo), jnp.where(good, hi, mid)
+
+    zero = jnp.zeros((), theta.dtype)
+    lo, _ = jax.lax.fori_loop(0, num_bisection, bisect, (zero, zero + 1.0))
+    return jnp.where(ok, theta, anchor + lo * (theta - anchor))
+
+
+def consistent_anchor(spec: parameters.ParameterSpec, base: Params, theta: jax.Array
+                      ) -> jax.Array:
+    """A consistent point within the bounds to project towards (`project_consistent`).
+
+    `theta` clipped into the bounds with its inertia blocks projected, if that is consistent;
+    otherwise the nominal values `spec.from_params(base)` treated alike (e.g. when an initial
+    guess moves one inertia entry of a thin rod outside the triangle inequalities).
+    """
+    theta = _clip_and_project_blocks(spec, jnp.asarray(theta))
+    nominal = _clip_and_project_blocks(spec, spec.from_params(base).astype(theta.dtype))
+    return jnp.where(spec.is_consistent(theta, base), theta, nominal)
+
+
+def initial_particles(spec: parameters.ParameterSpec, base: Params, key: jax.Array,
+                      theta0=None, num_particles: int = 1) -> jax.Array:
+    """(P, M) starting particles.
+
+    Args:
+      spec, base: the parameter spec and the Params it edits.
+      key: PRNG key for the extra particles.
+      theta0: None (use `spec.initial_theta(base)`), (M,) or (P, M) physical values, or a
+        `Params` (read through `spec.from_params`).
+      num_particles: P when theta0 is not (P, M): particle 0 is theta0, the others are drawn
+        uniformly within the bounds (or, for unbounded parameters, theta0 perturbed by
+        N(0, 0.5^2) in unconstrained coordinates).
+    """
+    if theta0 is None:
+        theta0 = spec.initial_theta(base)
+    elif isinstance(theta0, Params):
+        theta0 = spec.from_params(theta0)
+    theta0 = jnp.asarray(theta0, dtype=jnp.result_type(float))
+    if theta0.ndim == 2:
+        return theta0
+    if num_particles <= 1:
+        return theta0[None]
+    finite = np.all(np.isfinite(spec.lower_bounds)) and np.all(np.isfinite(spec.upper_bounds))
+    if finite:
+        others = spec.sample_uniform(key, num_particles - 1, dtype=theta0.dtype)
+    else:
+        z0 = spec.to_unconstrained(theta0)
+        noise = 0.5 * jax.random.normal(key, (num_particles - 1, spec.num_params),
+                                        theta0.dtype)
+        others = spec.from_unconstrained(z0 + noise)
+    return jnp.concatenate([theta0[None], others], axis=0)
+
+
+# ------------------------------------------------------------------------------------------
+# DiffNEA
+# ------------------------------------------------------------------------------------------
+
+def make_diffnea(model: RobotModel, base_params: Params, spec: parameters.ParameterSpec,
+                 loss_fn: Callable, optimizer: optax.GradientTransformation,
+                 num_particles: int = 1, grad_mode: str = 'reverse') -> Estimator:
+    """DiffNEA: minimise `loss_fn` over the spec's unconstrained coordinates with `optimizer`.
+
+    Args:
+      model: static tree (unused beyond documentation; the loss carries it).
+      base_params: Params supplying every value not in the spec.
+      spec: the free parameters and their bounds.
+      loss_fn: `loss_fn(params, data) -> ()` (e.g. `losses.make_loss_fn(...)`).
+      optimizer: an optax optimiser, e.g. `optax.adam(1e-2)`; it runs independently per
+        particle (vmapped), so global-norm transforms act per particle too.
+      num_particles: restarts when `init` gets a single initial vector.
+      grad_mode: 'reverse' (`jax.value_and_grad`) or 'forward' (`jax.jacfwd`, M tangents
+        pushed through the simulation at once): the same gradient; forward mode has no
+        backward pass and compiles faster, which pays off for a few dozen parameters.
+
+    Returns:
+      Estimator with `init(key, theta0=None)` (theta0 as in `initial_particles`) and
+      `step(state, data) -> (state, StepInfo)`; `data` is passed to `loss_fn` unchanged.
+    """
+    del model
+    if grad_mode not in ('reverse', 'forward'):
+        raise ValueError(f'diffnea: grad_mode: expected reverse or forward, got {grad_mode!r}')
+
+    def objective(z, data):
+        theta = spec.from_unconstrained(z)
+        return loss_fn(spec.to_params(theta, base_params), data)
+
+    if grad_mode == 'reverse':
+        value_and_grad = jax.value_and_grad(objective)
+    else:
+        def value_and_grad(z, data):
+            grad, value = jax.jacfwd(lambda v: (objective(v, data),) * 2, has_aux=True)(z)
+            return value, grad
+
+    def init(key, theta0=None) -> EstimatorState:
+        theta = initial_particles(spec, base_params, key, theta0, num_particles)
+        z = spec.to_unconstrained(theta)
+        return EstimatorState(theta=spec.from_unconstrained(z), z=z,
+                              aux=jax.vmap(optimizer.init)(z),
+                              iteration=jnp.zeros((), jnp.int32))
+
+    def step(state: EstimatorState, data):
+        loss, grad = jax.vmap(value_and_grad, in_axes=(0, None))(state.z, data)
+        finite = jnp.isfinite(loss) & jnp.all(jnp.isfinite(grad), axis=-1)
+        grad = jnp.where(finite[:, None], grad, 0.0)
+        updates, opt_state = jax.vmap(optimizer.update)(grad, state.aux, state.z)
+        z = jnp.where(finite[:, None], optax.apply_updates(state.z, updates), state.z)
+
+        # A particle whose loss or gradient was not finite keeps its optimiser state too.
+        def keep(new, old):
+            mask = finite.reshape(finite.shape + (1,) * (jnp.ndim(new) - 1))
+            return jnp.where(mask, new, old)
+
+        opt_state = jax.tree_util.tree_map(keep, opt_state, state.aux)
+        info = StepInfo(loss=loss, grad_norm=jnp.linalg.norm(grad, axis=-1),
+                        num_nonfinite=jnp.sum(~finite))
+        new_state = EstimatorState(theta=spec.from_unconstrained(z), z=z, aux=opt_state,
+                                   iteration=state.iteration + 1)
+        return new_state, info
+
+    return Estimator(init=init, step=step)
+
+
+# ------------------------------------------------------------------------------------------
+# NEA
+# ------------------------------------------------------------------------------------------
+
+def make_regressor_data(model: RobotModel, params: Params, q, qd, qdd, tau) -> RegressorData:
+    """Stack the joint-torque regressor over samples (jit-able; vmaps `dynamics.regressor`).
+
+    The regressor depends on the kinematics only (joint placements of `params`).
+
+    Args:
+      model: static tree.
+      params: Params whose placements are used.
+      q, qd, qdd, tau: (N, nv) samples.
+    """
+    q, qd, qdd, tau = (jnp.asarray(a) for a in (q, qd, qdd, tau))
+    regressor = jax.vmap(lambda a, b, c: dynamics.regressor(model, params, a, b, c))(q, qd, qdd)
+    spread = jnp.std(tau, axis=0)
+    scale = jnp.maximum(spread, jnp.maximum(1e-3 * jnp.max(spread), 1e-9))
+    return RegressorData(regressor=regressor, q=q, qd=qd, qdd=qdd, tau=tau, torque_scale=scale)
+
+
+def make_nea(model: RobotModel, base_params: Params, spec: parameters.ParameterSpec,
+             actuator='viscous', rcond: float = 1e-10, num_bisection: int = 50) -> Estimator:
+    """NEA: Gauss-Newton least squares on the joint-torque regressor (see the module doc).
+
+    The predicted command torque of a sample is
+
+      u = Y(q, qd, qdd) pi(theta) + armature qdd + f(q, qd),   f = -actuator(q, qd, u=0),
+
+    with `pi(theta)` the bodies' inertial 10-vectors (`spec.to_params(theta, base).inertial`)
+    and f the additive friction of the actuator model.
+
+    Args:
+      model: static tree.
+      base_params: Params supplying every value not in the spec (and the kinematics).
+      spec: the free parameters: link inertials (mass, com, inertia), damping, coulomb,
+        stribeck.*, armature. Joint origins are not allowed (NEA assumes known kinematics).
+      actuator: actuator model with additive friction (`ADDITIVE_ACTUATORS`) or a callable.
+      rcond: relative cut-off of small singular values in `lstsq` (minimum-norm solution).
+      num_bisection: bisection steps of the consistency projection.
+
+    Returns:
+      Estimator with `init(key, theta0=None)` and `step(state, RegressorData) ->
+      (state, NEAInfo)`.
+
+    Raises:
+      ValueError: a joint origin in the spec, or a non-additive actuator model.
+    """
+    origins = [n for n, a in zip(spec.names, spec.attributes) if a.startswith('origin.')]
+    if origins:
+        raise ValueError(f'nea: {origins[0]}: NEA needs known kinematics (joint origins); '
+                         'use method diffnea to identify them')
+    if not callable(actuator) and actuator not in ADDITIVE_ACTUATORS:
+        raise ValueError(f'nea: actuator {actuator!r} is not additive; expected one of '
+                         f'{sorted(ADDITIVE_ACTUATORS)}')
+    actuator_fn = actuators.get_actuator(actuator)
+    lower, upper = np.asarray(spec.lower_bounds), np.asarray(spec.upper_bounds)
+    width = np.where(np.isfinite(lower) & np.isfinite(upper), upper - lower, np.nan)
+
+    def predict(theta, data: RegressorData):
+        params = spec.to_params(theta, base_params)
+        rigid = jnp.einsum('nij,j->ni', data.regressor, params.inertial.reshape(-1))
+
+        def extra(q, qd, qdd):
+            friction = -actuator_fn(model, params, q, qd, jnp.zeros_like(q))
+            return params.armature * qdd + friction
+
+        return rigid + jax.vmap(extra)(data.q, data.qd, data.qdd)
+
+    def residual(theta, data: RegressorData):
+        return ((data.tau - predict(theta, data)) / data.torque_scale).reshape(-1)
+
+    def column_scale(anchor):
+        return jnp.where(jnp.isfinite(width), width, jnp.maximum(jnp.abs(anchor), 1.0))
+
+    def solve(theta, anchor, data):
+        r = residual(theta, data)
+        jac = jax.jacfwd(residual)(theta, data)                  # (N nv, M) = -d u / d theta
+        scale = column_scale(anchor)
+        a = -jac * scale
+        dz, _, rank, _ = jnp.linalg.lstsq(a, r, rcond=rcond)
+        n = r.shape[0]
+        finite = jnp.all(jnp.isfinite(r)) & jnp.all(jnp.isfinite(a)) & jnp.all(
+            jnp.isfinite(dz))
+        return (theta + scale * dz, jnp.mean(jnp.square(r)),
+                jnp.linalg.norm(a.T @ r) * 2.0 / n, rank, jnp.linalg.norm(dz), finite)
+
+    def init(key, theta0=None) -> EstimatorState:
+        theta = initial_particles(spec, base_params, key, theta0, 1)
+        anchor = jax.vmap(lambda t: consistent_anchor(spec, base_params, t))(theta)
+        return EstimatorState(theta=anchor, z=theta, aux=anchor,
+                              iteration=jnp.zeros((), jnp.int32))
+
+    def step(state: EstimatorState, data: RegressorData):
+        raw, loss, grad_norm, rank, step_norm, finite = jax.vmap(
+            solve, in_axes=(0, 0, None))(state.z, state.aux, data)
+        raw = jnp.where(finite[:, None], raw, state.z)
+        raw_ok = jax.vmap(lambda t: spec.is_consistent(t, base_params)
+                          & _within_bounds(spec, t))(raw)
+        theta = jax.vmap(lambda t, a: project_consistent(spec, base_params, t, a,
+                                                         num_bisection))(raw, state.aux)
+        info = NEAInfo(loss=loss, grad_norm=grad_norm, num_nonfinite=jnp.sum(~finite),
+                       rank=rank, raw_consistent=raw_ok, step_norm=step_norm)
+        return EstimatorState(theta=theta, z=raw, aux=state.aux,
+                              iteration=state.iteration + 1), info
+
+    return Estimator(init=init, step=step)

@@ -1,0 +1,647 @@
+"""The one path from a configuration to a posterior, shared by `sysid fit` and the ROS node.
+
+    config -> Problem (model, base params, ParameterSpec, dt) -> data -> estimator -> FitResult
+
+  * `build_problem(config)`: the robot from `model.urdf` (a file, URDF XML or
+    `example-robot-data:NAME`, with every joint outside `model.joints` locked) or from
+    `model.builder` + `model.builder_args` (`core.builders.BUILDERS`); the parameters to
+    identify from `parameters` (`core.parameters.make_parameter_spec`).
+  * `prepare_trajectories(problem, trajectories)`: load files, order joints by name,
+    resample to `data.rate`.
+  * `fit(config, trajectories)`: run NEA or DiffNEA and return a `FitResult` (particles,
+    mean, std, loss history, wall time, diagnostics).
+  * `simulate(problem, ...)`: synthetic data from the nominal model under a smooth random
+    excitation, for demos and tests; `prediction_error` scores parameters on held-out data.
+
+Conventions: the control period is dt = 1 / `data.rate`; `model.dt` (if given) is the
+integration step, so each command is integrated with round(1 / (rate dt)) substeps. The
+state vector follows the model's joint order (parents before children); data files are
+matched to it by joint name, so the order of `model.joints` does not matter.
+
+DiffNEA here uses the loss `estimator.loss` (one-step or rollout) on all segments of
+`estimator.rollout_horizon` steps (full batch, deterministic), Adam with a cosine-decaying
+step size starting at `estimator.learning_rate`, `estimator.iterations` steps and
+`estimator.particles` restarts. `estimator.shooting_windows` belongs to the Bayesian
+multiple-shooting likelihoods and is not used by these point estimators.
+NEA runs Gauss-Newton least-squares steps (exact after one step for the linear cases) until
+the step is negligible, at most `iterations` (capped at `NEA_MAX_ITERATIONS`) steps.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import hashlib
+import math
+import time
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from sysid_ros.core import builders, dynamics, estimators, integrators, losses
+from sysid_ros.core.parameters import ParameterSpec
+from sysid_ros.core.types import Params, RobotModel
+from sysid_ros.io import config as config_io
+from sysid_ros.io import model_io
+from sysid_ros.io import trajectory as trajectory_io
+from sysid_ros.io.config import Config, ConfigError
+from sysid_ros.io.trajectory import DataError, Trajectory
+
+__all__ = [
+    'FIT_METHODS',
+    'NEA_MAX_ITERATIONS',
+    'Problem',
+    'FitResult',
+    'build_problem',
+    'prepare_trajectories',
+    'fit',
+    'excitation',
+    'simulate',
+    'prediction_error',
+    'nea_samples',
+]
+
+FIT_METHODS = ('nea', 'diffnea')
+NEA_MAX_ITERATIONS = 20
+# NEA stops when a Gauss-Newton step is smaller than this (bounds-scaled units).
+NEA_TOLERANCE = 1e-9
+# Samples dropped at both ends of each trajectory for NEA (filter edge effects).
+NEA_EDGE_SAMPLES = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """An identification problem without its data.
+
+    Attributes:
+      config: the validated configuration.
+      model: static tree (state order = `model.joint_names`).
+      base_params: nominal Params (URDF or builder values): every parameter not in the spec.
+      spec: the parameters to identify.
+      dt: control (sample) period [s] = 1 / data.rate.
+      substeps: integration steps per control period.
+    """
+
+    config: Config
+    model: RobotModel
+    base_params: Params
+    spec: ParameterSpec
+    dt: float
+    substeps: int = 1
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.spec.names
+
+    @property
+    def joint_names(self) -> tuple[str, ...]:
+        return self.model.joint_names
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    """Outcome of `fit`.
+
+    Attributes:
+      method: 'nea' or 'diffnea'.
+      names: (M,) parameter names.
+      particles: (P, M) identified parameters, physical units (one row per restart).
+      initial: (P, M) starting particles.
+      lower, upper: (M,) bounds.
+      loss_history: (K,) lowest loss over particles at each step [-].
+      iterations: steps taken (K).
+      final_loss: loss of the returned particles (lowest over particles) [-].
+      wall_time: seconds spent in `fit`, compilation included [s].
+      consistent: (P,) whether each particle is physically consistent (`spec.is_consistent`).
+      interrupted: True if stopped by Ctrl-C (the best particles so far are returned).
+      info: method-specific diagnostics (plain Python values).
+    """
+
+    method: str
+    names: tuple[str, ...]
+    particles: np.ndarray
+    initial: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    loss_history: np.ndarray
+    iterations: int
+    final_loss: float
+    wall_time: float
+    consistent: np.ndarray
+    interrupted: bool = False
+    info: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def mean(self) -> np.ndarray:
+        """(M,) mean over particles."""
+        return self.particles.mean(axis=0)
+
+    @property
+    def std(self) -> np.ndarray:
+        """(M,) standard deviation over particles (0 for a single particle)."""
+        return self.particles.std(axis=0)
+
+    def as_dict(self, which: str = 'mean') -> dict[str, float]:
+        """{name: value} of the mean (or 'std')."""
+        values = self.mean if which == 'mean' else self.std
+        return {n: float(v) for n, v in zip(self.names, values)}
+
+
+def _config_error(config: Config, key: str, message: str) -> ConfigError:
+    return ConfigError(f'{config.source}: {key}: {message}' if config.source
+                       else f'{key}: {message}')
+
+
+def _load_model(config: Config) -> tuple[RobotModel, Params]:
+    cfg = config.model
+    joints = tuple(cfg.joints)
+    if cfg.urdf is not None:
+        try:
+            pmodel = model_io.load_pinocchio(cfg.urdf)
+        except model_io.ModelError as exc:
+            raise _config_error(config, 'model.urdf', str(exc)) from exc
+        movable = list(pmodel.names[1:])          # example robots: default locks applied
+        unknown = [j for j in joints if j not in movable]
+        if unknown:
+            raise _config_error(config, 'model.joints', f'no joint named {unknown[0]!r} in the '
+                                f'URDF; movable joints: {", ".join(movable)}')
+        try:
+            return model_io.load_urdf(cfg.urdf, keep_joints=list(joints) or None)
+        except model_io.ModelError as exc:
+            raise _config_error(config, 'model.urdf', str(exc)) from exc
+    try:
+        model, params = builders.BUILDERS[cfg.builder](**cfg.builder_args)
+    except KeyError:
+        raise _config_error(config, 'model.builder', f'expected one of '
+                            f'{" | ".join(builders.BUILDERS)}, got {cfg.builder!r}') from None
+    except (TypeError, ValueError) as exc:
+        raise _config_error(config, 'model.builder_args', str(exc)) from exc
+    unknown = [j for j in joints if j not in model.joint_names]
+    if unknown:
+        raise _config_error(config, 'model.joints', f'no joint named {unknown[0]!r} in builder '
+                            f'{cfg.builder!r}; joints: {", ".join(model.joint_names)}')
+    if joints and set(joints) != set(model.joint_names):
+        missing = [j for j in model.joint_names if j not in joints]
+        raise _config_error(config, 'model.joints', f'builder {cfg.builder!r} cannot lock '
+                            f'joints; expected all of {", ".join(model.joint_names)} '
+                            f'(missing {", ".join(missing)})')
+    return model, params
+
+
+def build_problem(config: Config | str) -> Problem:
+    """Configuration (or a YAML path) -> Problem.
+
+    Raises:
+      ConfigError: unknown URDF/builder, joints that the model does not have, parameters of
+        unknown links or joints, an integration step that does not divide the sample period.
+    """
+    if not isinstance(config, Config):
+        config = config_io.load_yaml(config)
+    model, params = _load_model(config)
+    spec = config_io.parameter_spec(config, model)
+    dt = 1.0 / config.data.rate
+    substeps = 1
+    if config.model.dt is not None:
+        ratio = dt / config.model.dt
+        substeps = int(round(ratio))
+        if substeps < 1 or abs(ratio - substeps) > 1e-6 * ratio:
+            raise _config_error(config, 'model.dt', f'expected 1 / data.rate = {dt:g} s divided '
+                                f'by a whole number, got {config.model.dt:g} s')
+    return Problem(config=config, model=model, base_params=params, spec=spec, dt=dt,
+                   substeps=substeps)
+
+
+def prepare_trajectories(problem: Problem, trajectories: Sequence[Trajectory | str]
+                         ) -> list[Trajectory]:
+    """Load paths, order the columns like the model's joints and resample to `data.rate`.
+
+    Raises:
+      DataError: unreadable data, a joint of the model missing, a trajectory too short.
+    """
+    if not trajectories:
+        raise DataError('no trajectories given')
+    joints = problem.model.joint_names
+    out = []
+    for item in trajectories:
+        if isinstance(item, Trajectory):
+            traj = item
+            if traj.joint_names and tuple(traj.joint_names) != joints:
+                missing = [j for j in joints if j not in traj.joint_names]
+                if missing:
+                    raise DataError(f'{traj.source or "trajectory"}: joint_names: no data for '
+                                    f'joint {missing[0]!r}; it has {list(traj.joint_names)}')
+                order = [list(traj.joint_names).index(j) for j in joints]
+                traj = dataclasses.replace(
+                    traj, q=traj.q[:, order], qd=traj.qd[:, order], tau=traj.tau[:, order],
+                    qdd=None if traj.qdd is None else traj.qdd[:, order], joint_names=joints)
+            traj = trajectory_io.validate_trajectory(traj)
+        else:
+            traj = trajectory_io.load_trajectory(item, joints)
+        if traj.nv != problem.model.nv:
+            raise DataError(f'{traj.source or "trajectory"}: q: expected {problem.model.nv} '
+                            f'joints, got {traj.nv}')
+        if abs(traj.dt * problem.config.data.rate - 1.0) > trajectory_io.UNIFORM_RTOL:
+            traj = trajectory_io.resample(traj, problem.config.data.rate)
+        out.append(traj)
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Compiled steps, cached per problem structure
+# ------------------------------------------------------------------------------------------
+
+# Compiled functions per problem structure (and nominal parameters), least recently used
+# last; a long-running process (the ROS node) keeps at most `_CACHE_SIZE` problems.
+_CACHE: collections.OrderedDict = collections.OrderedDict()
+_CACHE_SIZE = 16
+
+
+def _params_digest(params: Params) -> str:
+    leaves = jax.tree_util.tree_leaves(params)
+    digest = hashlib.sha1()
+    for leaf in leaves:
+        digest.update(np.ascontiguousarray(np.asarray(leaf)).tobytes())
+    return digest.hexdigest()
+
+
+def _cached(key, build: Callable):
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+    else:
+        _CACHE[key] = build()
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return _CACHE[key]
+
+
+def _loss_fn(problem: Problem, kind: str | None = None) -> losses.LossFn:
+    cfg = problem.config
+    return losses.make_loss_fn(problem.model, kind or cfg.estimator.loss, problem.dt,
+                               integrator=cfg.model.integrator, actuator=cfg.model.actuator,
+                               substeps=problem.substeps)
+
+
+def _diffnea(problem: Problem, iterations: int, num_particles: int,
+             grad_mode: str = 'reverse'):
+    cfg = problem.config.estimator
+    loss_fn = _loss_fn(problem)
+    key = ('diffnea', problem.model, problem.spec, loss_fn, cfg.learning_rate, iterations,
+           num_particles, grad_mode, _params_digest(problem.base_params))
+
+    def build():
+        schedule = optax.cosine_decay_schedule(cfg.learning_rate, max(iterations, 1),
+                                               alpha=0.01)
+        est = estimators.make_diffnea(problem.model, problem.base_params, problem.spec,
+                                      loss_fn, optax.adam(schedule), num_particles,
+                                      grad_mode=grad_mode)
+        return jax.jit(est.init), jax.jit(est.step)
+
+    return _cached(key, build)
+
+
+def _nea(problem: Problem):
+    actuator = problem.config.model.actuator
+    key = ('nea', problem.model, problem.spec, actuator, _params_digest(problem.base_params))
+
+    def build():
+        try:
+            est = estimators.make_nea(problem.model, problem.base_params, problem.spec,
+                                      actuator=actuator)
+        except ValueError as exc:
+            raise _config_error(problem.config, 'estimator.method', str(exc)) from exc
+        regressor = jax.jit(estimators.make_regressor_data, static_argnums=0)
+        return jax.jit(est.init), jax.jit(est.step), regressor
+
+    return _cached(key, build)
+
+
+def _project(problem: Problem):
+    key = ('project', problem.spec, _params_digest(problem.base_params))
+
+    def build():
+        def project(theta, anchor):
+            return estimators.project_consistent(problem.spec, problem.base_params, theta,
+                                                 anchor)
+
+        def anchor(theta):
+            return estimators.consistent_anchor(problem.spec, problem.base_params, theta)
+
+        def consistent(theta):
+            return problem.spec.is_consistent(theta, problem.base_params)
+
+        return (jax.jit(jax.vmap(project)), jax.jit(jax.vmap(anchor)),
+                jax.jit(jax.vmap(consistent)))
+
+    return _cached(key, build)
+
+
+def nea_samples(traj: Trajectory) -> dict[str, np.ndarray]:
+    """Inverse-dynamics samples of one trajectory for NEA: {q, qd, qdd, tau} (N, nv).
+
+    Without measured accelerations, q, qd and qdd come from a Savitzky-Golay filter of the
+    measurements (`trajectory.with_acceleration`). That symmetric estimate of qdd at t_k
+    averages the accelerations just before and after t_k; since `tau[k]` is held from t_k to
+    t_k+1 (the `Trajectory` convention, which DiffNEA integrates), the torque that goes with it
+    is the mean of the commands either side, (tau[k-1] + tau[k]) / 2. Measured accelerations
+    are used with the torques as they are. `NEA_EDGE_SAMPLES` are dropped at both ends, where
+    the filter is one-sided.
+    """
+    measured = traj.qdd is not None
+    traj = trajectory_io.with_acceleration(traj)
+    tau = traj.tau if measured else np.concatenate([traj.tau[:1],
+                                                    0.5 * (traj.tau[1:] + traj.tau[:-1])])
+    edge = NEA_EDGE_SAMPLES if traj.num_samples > 4 * NEA_EDGE_SAMPLES else 0
+    inner = slice(edge, traj.num_samples - edge)
+    return {'q': traj.q[inner], 'qd': traj.qd[inner], 'qdd': traj.qdd[inner], 'tau': tau[inner]}
+
+
+def _nea_data(problem: Problem, trajs: Sequence[Trajectory]) -> estimators.RegressorData:
+    """Stack the samples of all trajectories for NEA (see `nea_samples`)."""
+    parts = {k: [] for k in ('q', 'qd', 'qdd', 'tau')}
+    for traj in trajs:
+        for k, v in nea_samples(traj).items():
+            parts[k].append(v)
+    arrays = {k: jnp.asarray(np.concatenate(v)) for k, v in parts.items()}
+    regressor = _nea(problem)[2]
+    return regressor(problem.model, problem.base_params, arrays['q'], arrays['qd'],
+                     arrays['qdd'], arrays['tau'])
+
+
+def _segments(problem: Problem, trajs: Sequence[Trajectory], horizon: int) -> losses.Segments:
+    shortest = min(t.num_samples for t in trajs)
+    horizon = max(1, min(horizon, shortest - 1))
+    try:
+        return losses.make_segments([t.q for t in trajs], [t.qd for t in trajs],
+                                    [t.tau for t in trajs], horizon)
+    except ValueError as exc:
+        raise DataError(str(exc)) from exc
+
+
+# ------------------------------------------------------------------------------------------
+# Fit
+# ------------------------------------------------------------------------------------------
+
+def fit(config: Config | Problem | str, trajectories: Sequence[Trajectory | str],
+        progress: Callable | None = None, method: str | None = None,
+        iterations: int | None = None, theta0=None, seed: int | None = None) -> FitResult:
+    """Identify the configured parameters from measured trajectories.
+
+    Args:
+      config: a Config, a YAML path, or an already built Problem.
+      trajectories: Trajectory objects or `.npz`/`.csv` paths.
+      progress: called after every step as `progress(iteration, total, loss, elapsed_s)`.
+      method: 'nea' or 'diffnea' (default: `estimator.method`).
+      iterations: steps (default: `estimator.iterations`; NEA stops earlier once converged).
+      theta0: initial (M,) or (P, M) physical values (default: `parameters.*.init`, else the
+        nominal model's values).
+      seed: PRNG seed of extra particles (default: `estimator.seed`).
+
+    Returns:
+      FitResult. On Ctrl-C (KeyboardInterrupt) during the steps, the best particles so far are
+      returned with `interrupted=True`.
+
+    Raises:
+      ConfigError, DataError: bad configuration or data; ConfigError for a method that `fit`
+        does not run.
+    """
+    start = time.perf_counter()
+    problem = config if isinstance(config, Problem) else build_problem(config)
+    cfg = problem.config
+    method = method or cfg.estimator.method
+    if method not in FIT_METHODS:
+        raise _config_error(cfg, 'estimator.method', f'sysid fit runs {" | ".join(FIT_METHODS)}'
+                            f', got {method!r}; pass --method to choose one')
+    iterations = int(iterations if iterations is not None else cfg.estimator.iterations)
+    if iterations < 1:
+        raise _config_error(cfg, 'estimator.iterations', f'expected >= 1, got {iterations}')
+    spec = problem.spec
+    if theta0 is not None:
+        theta0 = np.asarray(theta0, dtype=float)
+        if theta0.ndim not in (1, 2) or theta0.shape[-1] != spec.num_params:
+            raise ValueError(f'fit: theta0: expected shape ({spec.num_params},) or (P, '
+                             f'{spec.num_params}) for {", ".join(spec.names)}; got '
+                             f'{theta0.shape}')
+    trajs = prepare_trajectories(problem, trajectories)
+    key = jax.random.PRNGKey(cfg.estimator.seed if seed is None else seed)
+    project, anchor_fn, consistent_fn = _project(problem)
+    info: dict = {}
+
+    if method == 'nea':
+        init, step, _ = _nea(problem)
+        data = _nea_data(problem, trajs)
+        iterations = min(iterations, NEA_MAX_ITERATIONS)
+    else:
+        segments = _segments(problem, trajs, cfg.estimator.rollout_horizon)
+        init, step = _diffnea(problem, iterations, cfg.estimator.particles)
+        data = segments
+        info['num_segments'] = segments.num_segments
+        info['horizon'] = segments.horizon
+    state = init(key, theta0)
+    initial = np.asarray(state.theta)
+    best_theta = initial.copy()
+    best_loss = np.full(initial.shape[0], np.inf)
+    history: list[float] = []
+    interrupted = False
+    last_info = None
+    try:
+        for k in range(iterations):
+            new_state, step_info = step(state, data)
+            loss = np.asarray(step_info.loss)
+            improved = loss < best_loss
+            best_loss = np.where(improved, loss, best_loss)
+            best_theta[improved] = np.asarray(state.theta)[improved]
+            history.append(float(np.min(loss)))
+            state, last_info = new_state, step_info
+            if progress is not None:
+                progress(k + 1, iterations, history[-1], time.perf_counter() - start)
+            if method == 'nea' and float(np.max(step_info.step_norm)) < NEA_TOLERANCE:
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+
+    if method == 'nea':
+        particles = np.asarray(state.theta)
+        # Loss at the projected particles: one more step from them, its state discarded.
+        _, final_info = step(state._replace(z=state.theta), data)
+        final_loss = float(np.min(np.asarray(final_info.loss)))
+        if last_info is not None:
+            info.update(rank=int(np.min(np.asarray(last_info.rank))),
+                        raw_consistent=bool(np.all(np.asarray(last_info.raw_consistent))),
+                        num_parameters=spec.num_params)
+            info['projected'] = bool(np.any(np.abs(np.asarray(state.z) - particles) > 0.0))
+    else:
+        if interrupted:
+            particles, final_loss = best_theta, float(np.min(best_loss))
+        else:
+            _, final_info = step(state, data)      # loss at the final particles
+            loss = np.asarray(final_info.loss)
+            improved = loss < best_loss
+            best_theta[improved] = np.asarray(state.theta)[improved]
+            best_loss = np.where(improved, loss, best_loss)
+            particles, final_loss = best_theta, float(np.min(best_loss))
+        ok = np.asarray(consistent_fn(jnp.asarray(particles)))
+        info['projected'] = int(np.sum(~ok))
+        if not ok.all():
+            anchors = np.asarray(anchor_fn(jnp.asarray(initial)))
+            particles = np.asarray(project(jnp.asarray(particles), jnp.asarray(anchors)))
+    particles = np.asarray(particles, dtype=float)
+    consistent = np.asarray(consistent_fn(jnp.asarray(particles)), dtype=bool)
+    return FitResult(method=method, names=spec.names, particles=particles, initial=initial,
+                     lower=np.asarray(spec.lower_bounds, float),
+                     upper=np.asarray(spec.upper_bounds, float),
+                     loss_history=np.asarray(history), iterations=len(history),
+                     final_loss=final_loss, wall_time=time.perf_counter() - start,
+                     consistent=consistent, interrupted=interrupted, info=info)
+
+
+# ------------------------------------------------------------------------------------------
+# Simulation and validation
+# ------------------------------------------------------------------------------------------
+
+_rollout = jax.jit(integrators.rollout,
+                   static_argnames=('integrator', 'actuator', 'substeps'))
+
+
+@functools.partial(jax.jit, static_argnames=('integrator', 'actuator', 'substeps'))
+def _rollout_batch(model, params, x0, controls, dt, integrator, actuator, substeps):
+    """`integrators.rollout` vmapped over initial states (S, 2 nv) and controls (S, H, nv)."""
+    def one(x, u):
+        return integrators.rollout(model, params, x, u, dt, integrator=integrator,
+                                   actuator=actuator, substeps=substeps)
+    return jax.vmap(one)(x0, controls)
+
+
+@jax.jit
+def _gravity_and_inertia(model: RobotModel, params: Params, q):
+    """Gravity torques (S, nv) and mass-matrix diagonals (S, nv) at configurations (S, nv)."""
+    def one(qi):
+        zero = jnp.zeros_like(qi)
+        return (dynamics.rnea(model, params, qi, zero, zero),
+                jnp.diag(dynamics.crba(model, params, qi)))
+    return jax.vmap(one)(q)
+
+
+def _torque_scale(model: RobotModel, params: Params, rng: np.random.Generator) -> np.ndarray:
+    """(nv,) typical torque per joint: spread of gravity torques plus mass-matrix diagonal
+    times 1 rad/s^2, over random configurations."""
+    lo = np.where(np.isfinite(model.q_min), model.q_min, -np.pi)
+    hi = np.where(np.isfinite(model.q_max), model.q_max, np.pi)
+    q = jnp.asarray(rng.uniform(lo, hi, size=(32, model.nv)))
+    gravity, mass = _gravity_and_inertia(model, params, q)
+    return np.asarray(jnp.std(gravity, axis=0) + jnp.mean(mass, axis=0))
+
+
+def excitation(t: np.ndarray, scale: np.ndarray, rng: np.random.Generator,
+               num_sines: int = 5, max_frequency: float = 1.0) -> np.ndarray:
+    """Smooth random torques: per joint a sum of `num_sines` sinusoids.
+
+    Frequencies are uniform in [0.1, max_frequency] Hz, phases uniform, amplitudes uniform
+    and normalised so the peak of each joint's sum is at most `scale[j]`.
+
+    Args:
+      t: (T,) times [s].
+      scale: (nv,) peak torque per joint [N m].
+      rng: NumPy generator.
+
+    Returns:
+      (T, nv) torques [N m].
+    """
+    nv = len(scale)
+    freq = rng.uniform(0.1, max_frequency, size=(num_sines, nv))
+    phase = rng.uniform(0.0, 2.0 * np.pi, size=(num_sines, nv))
+    amp = rng.uniform(0.5, 1.0, size=(num_sines, nv))
+    amp = amp / amp.sum(axis=0) * np.asarray(scale)
+    return np.sum(amp[None] * np.sin(2 * np.pi * freq[None] * t[:, None, None] + phase[None]),
+                  axis=1)
+
+
+def simulate(problem: Problem, params: Params | None = None, duration: float = 10.0,
+             noise: float = 0.0, seed: int = 0, torque_scale: float = 1.0,
+             x0=None) -> Trajectory:
+    """Simulate the model under a random smooth excitation and add sensor noise.
+
+    The commands are `excitation(...)` with peaks of `torque_scale` times a typical torque of
+    each joint (gravity spread + inertia, see `_torque_scale`), clipped to the effort limits;
+    the model is integrated with the configured integrator, actuator and substeps, starting
+    at rest at q = 0 (clipped into the joint limits). Noise: independent N(0, noise^2) added
+    to every q [rad, m] and qd [rad/s, m/s] sample; the torques are the exact commands.
+
+    Args:
+      problem: the problem (model, integrator, actuator, rate).
+      params: true parameters (default: the nominal `problem.base_params`).
+      duration: [s].
+      noise: sensor noise standard deviation.
+      seed: seed of the excitation and the noise.
+      torque_scale: excitation strength.
+      x0: (2 nv,) initial state (default: at rest at q = 0).
+
+    Returns:
+      Trajectory with T = round(duration / dt) + 1 samples (tau of the last sample repeats
+      the previous command).
+    """
+    model, cfg = problem.model, problem.config
+    params = problem.base_params if params is None else params
+    rng = np.random.default_rng(seed)
+    num = int(round(duration / problem.dt))
+    t = np.arange(num + 1) * problem.dt
+    scale = torque_scale * _torque_scale(model, params, rng)
+    limit = np.asarray(model.effort_max if model.effort_max else [np.inf] * model.nv, float)
+    limit = np.where(limit > 0.0, limit, np.inf)            # 0: no limit given in the URDF
+    controls = np.clip(excitation(t[:-1], scale, rng), -limit, limit)
+    if x0 is None:
+        q0 = np.clip(np.zeros(model.nv), model.q_min or -np.inf, model.q_max or np.inf)
+        x0 = np.concatenate([q0, np.zeros(model.nv)])
+    states = np.asarray(_rollout(model, params, jnp.asarray(x0, float), jnp.asarray(controls),
+                                 problem.dt, integrator=cfg.model.integrator,
+                                 actuator=cfg.model.actuator, substeps=problem.substeps))
+    if not np.all(np.isfinite(states)):
+        raise DataError('simulate: the simulation diverged; lower the excitation or the step')
+    q, qd = states[:, :model.nv], states[:, model.nv:]
+    if noise > 0.0:
+        q = q + rng.normal(0.0, noise, q.shape)
+        qd = qd + rng.normal(0.0, noise, qd.shape)
+    tau = np.concatenate([controls, controls[-1:]], axis=0)
+    return Trajectory(t=t, q=q, qd=qd, tau=tau, joint_names=model.joint_names,
+                      source='simulate')
+
+
+def prediction_error(problem: Problem, theta, trajectory: Trajectory, horizon: int = 100
+                     ) -> dict[str, float]:
+    """Score parameters by simulating held-out data.
+
+    The trajectory is cut into segments of `horizon` steps; each is simulated from its
+    measured start under the measured commands.
+
+    Args:
+      problem: the problem.
+      theta: (M,) physical parameter values.
+      trajectory: held-out data on the problem's time grid.
+      horizon: steps per segment.
+
+    Returns:
+      {'nmse': normalised mean squared state error [-] (the rollout loss),
+       'rmse_q': root mean squared joint-position error [rad or m],
+       'rmse_qd': root mean squared joint-velocity error [rad/s or m/s]}.
+    """
+    traj = prepare_trajectories(problem, [trajectory])[0]
+    segments = _segments(problem, [traj], horizon)
+    params = problem.spec.to_params(jnp.asarray(theta, float), problem.base_params)
+    cfg = problem.config
+    nv = problem.model.nv
+
+    predicted = np.asarray(_rollout_batch(
+        problem.model, params, segments.x0, segments.controls, problem.dt,
+        integrator=cfg.model.integrator, actuator=cfg.model.actuator,
+        substeps=problem.substeps))[:, 1:]
+    error = predicted - np.asarray(segments.targets)
+    scale = np.asarray(segments.state_scale)
+    finite = np.all(np.isfinite(error))
+    return {'nmse': float(np.mean(np.square(error / scale))) if finite else math.inf,
+            'rmse_q': float(np.sqrt(np.mean(np.square(error[..., :nv])))) if finite
+            else math.inf,
+            'rmse_qd': float(np.sqrt(np.mean(np.square(error[..., nv:])))) if finite
+            else math.inf}

@@ -1,0 +1,188 @@
+"""Result files of an identification, written atomically.
+
+`write_results(out_dir, result)` produces, in `out_dir`:
+
+  * `estimate.yaml`: `parameters: {NAME: {mean, std, min, max, initial}}` plus `method`,
+    `iterations`, `final_loss`, `wall_time_s`, `consistent`, `interrupted` and the
+    method's diagnostics;
+  * `posterior.npz`: `particles` (P, M) in physical units, `names` (M,), `initial` (P, M),
+    `lower`, `upper` (M,), `loss_history` (K,);
+  * `history.csv`: `iteration,loss`;
+  * `convergence.png`: loss per iteration (log scale), drawn with matplotlib's Agg backend.
+
+Atomicity: everything is first written into a fresh temporary folder beside `out_dir` (in its
+parent, so on the same file system), then that folder replaces `out_dir` by renames. A run that
+fails while writing leaves any previous `out_dir` untouched; an interrupted swap leaves the
+previous results under `<out_dir>.old-*`, never a half-written `out_dir`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any, Mapping
+
+import numpy as np
+import yaml
+
+from sysid_ros.io.errors import InputError
+
+__all__ = [
+    'FILES',
+    'ResultsError',
+    'write_results',
+    'read_estimate',
+    'estimate_dict',
+    'plot_convergence',
+]
+
+FILES = ('estimate.yaml', 'posterior.npz', 'history.csv', 'convergence.png')
+
+
+class ResultsError(InputError):
+    """The output location cannot be written."""
+
+
+def _plain(value: Any) -> Any:
+    """NumPy scalars/arrays -> plain Python for YAML."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _plain(value.tolist())
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer, int)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        return float(value)                     # YAML writes inf / nan as .inf / .nan
+    return value
+
+
+def estimate_dict(result) -> dict[str, Any]:
+    """The content of `estimate.yaml` for a `pipeline.FitResult`."""
+    parameters = {}
+    for k, name in enumerate(result.names):
+        parameters[name] = {
+            'mean': float(result.mean[k]),
+            'std': float(result.std[k]),
+            'min': _plain(result.lower[k]),
+            'max': _plain(result.upper[k]),
+            'initial': float(np.mean(result.initial[:, k])),
+        }
+    return {
+        'method': result.method,
+        'iterations': int(result.iterations),
+        'final_loss': _plain(result.final_loss),
+        'wall_time_s': round(float(result.wall_time), 3),
+        'num_particles': int(result.particles.shape[0]),
+        'consistent': bool(np.all(result.consistent)),
+        'interrupted': bool(result.interrupted),
+        'diagnostics': _plain(dict(result.info)),
+        'parameters': parameters,
+    }
+
+
+def plot_convergence(path: str, history: np.ndarray, title: str = '') -> None:
+    """Loss per iteration on a log scale, saved as PNG (Agg backend, no display needed)."""
+    import matplotlib
+    matplotlib.use('Agg', force=True)
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.0, 4.0), dpi=100)
+    ax = fig.add_subplot(1, 1, 1)
+    history = np.asarray(history, dtype=float)
+    iterations = np.arange(1, history.size + 1)
+    positive = history > 0
+    if positive.any():
+        ax.semilogy(iterations[positive], history[positive], lw=1.5)
+    ax.set_xlabel('iteration')
+    ax.set_ylabel('loss (normalised)')
+    ax.set_title(title or 'convergence')
+    ax.grid(True, which='both', alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, format='png')
+
+
+def _write_all(folder: str, result, extra: Mapping[str, Any] | None) -> None:
+    content = estimate_dict(result)
+    if extra:
+        content.update(_plain(dict(extra)))
+    with open(os.path.join(folder, 'estimate.yaml'), 'w', encoding='utf-8') as f:
+        yaml.safe_dump(content, f, sort_keys=False, default_flow_style=False)
+    np.savez(os.path.join(folder, 'posterior.npz'), particles=result.particles,
+             names=np.asarray(result.names, dtype=str), initial=result.initial,
+             lower=result.lower, upper=result.upper, loss_history=result.loss_history)
+    history = np.column_stack([np.arange(1, result.loss_history.size + 1),
+                               result.loss_history])
+    np.savetxt(os.path.join(folder, 'history.csv'), history, delimiter=',',
+               header='iteration,loss', comments='', fmt=['%d', '%.10g'])
+    plot_convergence(os.path.join(folder, 'convergence.png'), result.loss_history,
+                     f'{result.method}: final loss {result.final_loss:.3g}')
+
+
+def write_results(out_dir: str | os.PathLike, result, extra: Mapping[str, Any] | None = None
+                  ) -> str:
+    """Write all result files of `result` (a `pipeline.FitResult`) into `out_dir`, atomically.
+
+    Files already in `out_dir` that this function does not write are carried over into the
+    new folder, so only the result files are replaced.
+
+    Args:
+      out_dir: output folder (created, with its parents).
+      result: the fit result.
+      extra: more top-level entries for `estimate.yaml` (e.g. the config and data paths).
+
+    Returns:
+      The absolute path of `out_dir`.
+
+    Raises:
+      ResultsError: the parent of `out_dir` cannot be created or written, or `out_dir` is a
+        file.
+    """
+    out_dir = os.path.abspath(os.fspath(out_dir))
+    parent = os.path.dirname(out_dir)
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise ResultsError(f'{out_dir}: --out: exists and is not a folder')
+    try:
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f'.{os.path.basename(out_dir)}.tmp-', dir=parent)
+    except OSError as exc:
+        raise ResultsError(f'{out_dir}: --out: cannot write here: {exc.strerror}') from exc
+    old = None
+    try:
+        _write_all(tmp, result, extra)
+        if os.path.isdir(out_dir):
+            for name in os.listdir(out_dir):
+                if name not in FILES:
+                    source = os.path.join(out_dir, name)
+                    target = os.path.join(tmp, name)
+                    if os.path.isdir(source):
+                        shutil.copytree(source, target, symlinks=True)
+                    else:
+                        shutil.copy2(source, target)
+            old = tempfile.mkdtemp(prefix=f'.{os.path.basename(out_dir)}.old-', dir=parent)
+            os.rmdir(old)
+            os.rename(out_dir, old)
+        try:
+            os.rename(tmp, out_dir)
+        except OSError:
+            if old is not None:                 # put the previous results back
+                os.rename(old, out_dir)
+                old = None
+            raise
+        tmp = None
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return out_dir
+
+
+def read_estimate(out_dir: str | os.PathLike) -> dict[str, Any]:
+    """Read `estimate.yaml` back (a plain dict)."""
+    with open(os.path.join(os.fspath(out_dir), 'estimate.yaml'), encoding='utf-8') as f:
+        return yaml.safe_load(f)
