@@ -1,0 +1,338 @@
+"""Constrained Stein variational gradient descent (CSVGD; seed 000, Heiden et al. 2022).
+
+CSVGD approximates the posterior over simulation parameters theta given a set of measured
+trajectories with the multiple-shooting likelihood of `core.likelihood`. Each particle is
+
+    x = [z, s_hat]   (D = M + K (W - 1) S,)
+
+with z the unconstrained coordinates of theta (`ParameterSpec.to_unconstrained`: a bijection
+onto the bounds box, so no particle ever leaves its bounds) and s_hat the normalised shooting
+states s = state_mean + state_scale * s_hat of every window start after the first (seed §1.3).
+The defects c(x) (C = K (W - 1) S,), the jumps between consecutive windows in units of
+state_scale, must vanish: then the particle's prediction is one continuous simulation of its
+parameters.
+
+Constraints: the modified differential method of multipliers (MDMM; Platt & Barr 1988), as in
+the paper. Particle i carries multipliers lambda_i (C,); its Lagrangian is
+
+    L_i(x) = log p(x | D) - w (lambda_i . c(x) + mu / 2 |c(x)|^2)
+
+(log p: log-likelihood + log prior + log |det d theta / d z|). Each step the particles ascend
+L (descend the constraint violation) while the multipliers rise by gradient ascent:
+
+    x_i      <- x_i + optimizer(phi_i),
+    phi_i     = SVGD direction of log p at x_i  -  1/P grad_x [w (lambda_i . c + mu/2 |c|^2)],
+    lambda_i <- lambda_i + alpha c(x_i).
+
+The constraint force of a particle acts on that particle only, weighted 1/P like its own
+score inside phi: a particle's multipliers belong to its own defects (kernel-averaging them
+over neighbours, tried first, made the multipliers of neighbouring particles fight and the
+defects grow). mu (`damping`) makes the saddle attractive; the multipliers should rise
+slowly compared with how fast an optimiser step moves the defects: on the seed's double
+pendulum with Adam steps of 0.05, alpha = mu / 30 converged, alpha >= mu / 10 oscillated and
+the defects grew. Near a solution the residual defect decays with time constant ~ mu / alpha
+iterations; a larger mu enforces the constraints harder from the start but leaves less of the
+smoothing that multiple shooting brings (the particles then found the true lengths later).
+
+Scaling: w = H mean_o (state_scale_o / noise_std_o)^2 is the curvature of one window's
+log-likelihood with respect to a normalised state (H samples, each costing
+(state_scale / noise_std)^2 per unit). Weighting the constraint terms by w makes the
+defaults mu = 10, alpha = 0.3 work across noise levels and window lengths, and lambda
+dimensionless.
+
+Kernel: by default ('parameters') a matrix-valued kernel (Wang et al. 2019): the RBF kernel
+(median heuristic) of the z coordinates acts on z, the identity on the shooting states, so the
+parameters follow SVGD while each particle's shooting states follow its own score (they fit
+its own parameters; averaging them over particles with other parameters pulls them off
+their own trajectory). 'all' runs plain SVGD over the whole augmented particle.
+
+Initialisation (seed §1.1): `sobol_particles` draws theta from a scrambled Sobol sequence in
+the bounds on the host; `init` puts the shooting states on the measured data.
+
+Each step evaluates all particles in one vmapped call (all K W windows of all P particles);
+jit `step` yourself. With several JAX devices the particle axis is sharded (`svgd.particle_mesh`).
+A particle whose simulation diverges (non-finite likelihood, defects or score) gets a zero score
+and constraint force (so that the others are untouched), log-likelihood -inf in the info, and
+is re-seeded next to a finite particle (`svgd.reseed_nonfinite`), taking over that particle's
+shooting states, multipliers and optimiser moments.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from scipy.stats import qmc
+
+from sysid_ros.core import likelihood as lik
+from sysid_ros.core import parameters, svgd
+from sysid_ros.core.estimators import Estimator
+from sysid_ros.core.types import Params
+
+__all__ = [
+    'KERNELS',
+    'CSVGDState',
+    'CSVGDInfo',
+    'sobol_particles',
+    'split_particles',
+    'make_csvgd',
+]
+
+KERNELS = ('all', 'parameters')
+
+
+class CSVGDState(NamedTuple):
+    """State of CSVGD.
+
+    Attributes:
+      theta: (P, M) particles in physical units, in the order of `spec.names` (the posterior).
+      particles: (P, D) flat decision variables [z, s_hat] (see the module doc).
+      multipliers: (P, C) Lagrange multipliers of the normalised defects.
+      opt_state: optax state over the (P, D) particle array.
+      key: PRNG key for re-seeding.
+      iteration: () int, steps taken.
+      num_reseeded: () int, particles re-seeded so far.
+      multiplier_rate: () alpha, gradient-ascent rate of the multipliers.
+      damping: () mu, weight of MDMM's damping term. Both are array leaves: change them with
+        `state._replace(...)` without recompiling `step`.
+    """
+
+    theta: jax.Array
+    particles: jax.Array
+    multipliers: jax.Array
+    opt_state: Any
+    key: jax.Array
+    iteration: jax.Array
+    num_reseeded: jax.Array
+    multiplier_rate: jax.Array
+    damping: jax.Array
+
+
+class CSVGDInfo(NamedTuple):
+    """Diagnostics of one CSVGD step (at the particles before it).
+
+    Attributes:
+      log_lik: (P,) combined log-likelihood of each particle (-inf where not finite).
+      max_defect: (P,) largest absolute normalised defect of each particle (0 for W = 1).
+      grad_norm: (P,) norm of each particle's Lagrangian score (0 where not finite).
+      bandwidth: () kernel bandwidth.
+      num_nonfinite: () particles whose simulation diverged (they were re-seeded).
+    """
+
+    log_lik: jax.Array
+    max_defect: jax.Array
+    grad_norm: jax.Array
+    bandwidth: jax.Array
+    num_nonfinite: jax.Array
+
+
+def sobol_particles(spec: parameters.ParameterSpec, num_particles: int,
+                    seed: int = 0) -> np.ndarray:
+    """(P, M) initial particles from a scrambled Sobol sequence within the bounds (seed §1.1).
+
+    Runs on the host (scipy.stats.qmc.Sobol, scramble=True, seeded), so it is deterministic
+    for a seed. A count that is not a power of two loses Sobol's balance property (scipy
+    warns; the warning is silenced here) but keeps its low discrepancy.
+
+    Raises:
+      ValueError: num_particles < 1, an empty spec, or a parameter with an infinite bound.
+    """
+    if int(num_particles) != num_particles or num_particles < 1:
+        raise ValueError(f'sobol_particles: num_particles: expected int >= 1, got '
+                         f'{num_particles!r}')
+    if spec.num_params == 0:
+        raise ValueError('sobol_particles: the parameter spec is empty')
+    lower = np.asarray(spec.lower_bounds, dtype=float)
+    upper = np.asarray(spec.upper_bounds, dtype=float)
+    unbounded = [n for n, lo, hi in zip(spec.names, lower, upper)
+                 if not (np.isfinite(lo) and np.isfinite(hi))]
+    if unbounded:
+        raise ValueError('sobol_particles: needs finite bounds; unbounded: '
+                         + ', '.join(unbounded))
+    sampler = qmc.Sobol(d=spec.num_params, scramble=True, seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', UserWarning)
+        unit = sampler.random(int(num_particles))
+    return lower + (upper - lower) * unit
+
+
+def split_particles(spec: parameters.ParameterSpec, likelihood: lik.ShootingLikelihood,
+                    particles: jax.Array, data: lik.TrajectoryData):
+    """Flat particles (P, D) -> (theta (P, M), shooting states (P, K, W - 1, S) physical)."""
+    num = particles.shape[0]
+    m = spec.num_params
+    theta = spec.from_unconstrained(particles[:, :m])
+    shape = likelihood.shooting_shape(data)
+    shooting = data.state_mean + data.state_scale * particles[:, m:].reshape((num,) + shape)
+    return theta, shooting
+
+
+def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpec,
+               optimizer: optax.GradientTransformation, *, base_params: Params | None = None,
+               params_fn: Callable | None = None, log_prior_fn: Callable | None = None,
+               multiplier_rate: float = 0.3, damping: float = 10.0, kernel: str = 'parameters',
+               jacobian: bool = True, jitter: float = 0.05, mesh='auto') -> Estimator:
+    """CSVGD estimator over parameters and shooting states (see the module doc).
+
+    Args:
+      likelihood: simulator, windows, observation model and sum/product form.
+      spec: the free parameters and their bounds.
+      optimizer: optax optimiser applied to -phi over the (P, D) particles, e.g.
+        `optax.adam(5e-2)`.
+      base_params: Params supplying every value not in the spec (theta -> Params is then
+        `spec.to_params(theta, base_params)`).
+      params_fn: `params_fn(theta) -> Params` instead of `base_params`, for tied parameters
+        (e.g. one link length that sets both a COM and the next joint's origin).
+      log_prior_fn: `log_prior_fn(theta) -> ()` added to the log density (default: uniform
+        within the bounds).
+      multiplier_rate: alpha, gradient-ascent rate of the multipliers (initial value of
+        `CSVGDState.multiplier_rate`); keep it below damping / 10.
+      damping: mu >= 0, weight of MDMM's damping term w mu / 2 |c|^2 (initial value of
+        `CSVGDState.damping`).
+      kernel: 'parameters' (RBF kernel on z, identity on the shooting states; see the
+        module doc) or 'all' (RBF kernel over the whole particle [z, s_hat]).
+      jacobian: include log |det d theta / d z| (posterior in physical space; see `svgd`).
+      jitter: standard deviation of the re-seeding jitter in z.
+      mesh: 'auto' (shard particles when several devices exist), None or a jax Mesh.
+
+    Returns:
+      Estimator with `init(key, theta, data) -> CSVGDState` (theta (P, M) physical, e.g.
+      from `sobol_particles`) and `step(state, data) -> (CSVGDState, CSVGDInfo)`.
+
+    Raises:
+      ValueError: neither or both of base_params / params_fn, unknown kernel, damping < 0.
+    """
+    if (base_params is None) == (params_fn is None):
+        raise ValueError('csvgd: give exactly one of base_params and params_fn')
+    if params_fn is None:
+        def params_fn(theta):
+            return spec.to_params(theta, base_params)
+    if kernel not in KERNELS:
+        raise ValueError(f'csvgd: kernel: expected one of {" | ".join(KERNELS)}, got '
+                         f'{kernel!r}')
+    if not damping >= 0.0:
+        raise ValueError(f'csvgd: damping: expected >= 0, got {damping!r}')
+    m = spec.num_params
+
+    def log_density(x, data):
+        """Per particle: (log p(x), normalised defects (C,)), log-likelihood as aux."""
+        z = x[:m]
+        theta = spec.from_unconstrained(z)
+        shooting = data.state_mean + data.state_scale * x[m:].reshape(
+            likelihood.shooting_shape(data))
+        terms = lik.log_likelihood(likelihood, params_fn(theta), shooting, data)
+        log_prob = terms.log_lik
+        if jacobian:
+            log_prob = log_prob + svgd.log_abs_det_jacobian(spec, z)
+        if log_prior_fn is not None:
+            log_prob = log_prob + log_prior_fn(theta)
+        return (log_prob, terms.defects.reshape(-1)), terms.log_lik
+
+    def scores(x, multipliers, damping, weight, data):
+        """Per particle: the score of log p and the gradient of the constraint terms
+        w (lambda . c + mu / 2 |c|^2), from one forward pass and two backward passes."""
+        (log_prob, defects), pullback, log_lik = jax.vjp(
+            lambda v: log_density(v, data), x, has_aux=True)
+        (score,) = pullback((jnp.ones_like(log_prob), jnp.zeros_like(defects)))
+        (constraint,) = pullback((jnp.zeros_like(log_prob),
+                                  weight * (multipliers + damping * defects)))
+        return log_prob, log_lik, defects, score, constraint
+
+    batched_scores = jax.vmap(scores, in_axes=(0, 0, None, None, None))
+
+    def constraint_weight(data):
+        """w = H mean_o (state_scale_o / noise_std_o)^2 (see the module doc)."""
+        h = likelihood.window_length(data.num_steps)
+        scale = data.state_scale[np.asarray(likelihood.observed_dims)]
+        return h * jnp.mean(jnp.square(scale / data.noise_std))
+
+    def kernel_mask(dim):
+        if kernel == 'all':
+            return None
+        return np.arange(dim) < m
+
+    def init(key, theta, data: lik.TrajectoryData) -> CSVGDState:
+        theta = np.asarray(theta, dtype=float)
+        if theta.ndim != 2 or theta.shape[1] != m:
+            raise ValueError(f'csvgd: theta: expected (P, {m}) for parameters '
+                             f'{", ".join(spec.names)}, got {theta.shape}')
+        if theta.shape[0] < 1:
+            raise ValueError('csvgd: expected at least one particle, got 0')
+        if not np.all(np.isfinite(theta)):
+            raise ValueError('csvgd: theta holds NaN or inf')
+        likelihood.check_data(data)
+        num = theta.shape[0]
+        z = spec.to_unconstrained(jnp.asarray(theta))
+        s_hat = (lik.initial_shooting_states(likelihood, data) - data.state_mean) \
+            / data.state_scale
+        s_hat = jnp.broadcast_to(s_hat.reshape(1, -1), (num, s_hat.size)).astype(z.dtype)
+        particles = jnp.concatenate([z, s_hat], axis=1)
+        multipliers = jnp.zeros((num, likelihood.num_constraints(data)), z.dtype)
+        active_mesh = svgd.resolve_mesh(mesh, num)
+        theta_z, particles, multipliers, opt_state = svgd.shard_particles(
+            (spec.from_unconstrained(z), particles, multipliers, optimizer.init(particles)),
+            active_mesh, num)
+        key, counter, rate, mu = svgd.replicate(
+            (key, jnp.zeros((), jnp.int32), jnp.asarray(multiplier_rate, z.dtype),
+             jnp.asarray(damping, z.dtype)), active_mesh)
+        return CSVGDState(theta=theta_z, particles=particles, multipliers=multipliers,
+                          opt_state=opt_state, key=key, iteration=counter,
+                          num_reseeded=counter, multiplier_rate=rate, damping=mu)
+
+    def step(state: CSVGDState, data: lik.TrajectoryData):
+        x, multipliers = state.particles, state.multipliers
+        num, dim = x.shape
+        active_mesh = svgd.resolve_mesh(mesh, num)
+        mask = kernel_mask(dim)
+
+        # 1. Per particle: score of log p and gradient of the constraint terms of its
+        #    Lagrangian; all simulations of all particles in one vmapped call.
+        log_prob, log_lik, defects, score, constraint = batched_scores(
+            x, multipliers, state.damping, constraint_weight(data), data)
+        finite = (jnp.isfinite(log_prob) & jnp.all(jnp.isfinite(score), axis=-1)
+                  & jnp.all(jnp.isfinite(constraint), axis=-1)
+                  & jnp.all(jnp.isfinite(defects), axis=-1))
+        score = jnp.where(finite[:, None], score, 0.0)
+        constraint = jnp.where(finite[:, None], constraint, 0.0)
+        defects = jnp.where(finite[:, None], defects, 0.0)
+
+        # 2. SVGD direction of log p (kernel on the normalised particles) plus each
+        #    particle's own constraint force, weighted 1/P like its own score in phi; then the
+        #    optimiser's step. The constraint force is not kernel-averaged: a particle's
+        #    multipliers belong to its own defects, and sharing them drove neighbours apart.
+        bandwidth = svgd.median_bandwidth(x, mask=mask)
+        phi = svgd.stein_direction(x, score, bandwidth, mask=mask) - constraint / num
+        updates, opt_state = optimizer.update(-phi, state.opt_state, x)
+        x_new = optax.apply_updates(x, updates)
+
+        # 3. MDMM: multipliers rise along the constraint violation (gradient ascent).
+        multipliers_new = multipliers + state.multiplier_rate * defects
+
+        # 4. Re-seed diverged particles next to finite ones (jitter on z only; the donor's
+        #    shooting states, multipliers and optimiser moments fit its trajectory).
+        key, sub = jax.random.split(state.key)
+        bad = ~finite
+        x_new, (multipliers_new, opt_state) = svgd.reseed_nonfinite(
+            sub, x_new, bad, jitter, extra=(multipliers_new, opt_state),
+            jitter_mask=np.arange(dim) < m)
+
+        x_new, multipliers_new, opt_state = svgd.shard_particles(
+            (x_new, multipliers_new, opt_state), active_mesh, num, constrain=True)
+        num_bad = jnp.sum(bad).astype(jnp.int32)
+        new_state = CSVGDState(theta=spec.from_unconstrained(x_new[:, :m]), particles=x_new,
+                               multipliers=multipliers_new, opt_state=opt_state, key=key,
+                               iteration=state.iteration + 1,
+                               num_reseeded=state.num_reseeded + num_bad,
+                               multiplier_rate=state.multiplier_rate, damping=state.damping)
+        max_defect = jnp.max(jnp.abs(defects), axis=-1, initial=0.0)
+        info = CSVGDInfo(log_lik=jnp.where(finite, log_lik, -jnp.inf), max_defect=max_defect,
+                         grad_norm=jnp.linalg.norm(score - constraint, axis=-1),
+                         bandwidth=bandwidth,
+                         num_nonfinite=num_bad)
+        return new_state, info
+
+    return Estimator(init=init, step=step)

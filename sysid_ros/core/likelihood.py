@@ -1,0 +1,355 @@
+"""Single- and multiple-shooting Gaussian likelihoods over a set of trajectories (seed 000).
+
+Data: K trajectories of T control steps each, on one time grid of period dt, with measured
+initial states x0 (K, S) (S = 2 nv, x = [q; qd]), commands (K, T, nv) and observations
+(K, T + 1, O) of O of the state dimensions (the observation model: joint positions and/or
+velocities, `ShootingLikelihood.observed`).
+
+Multiple shooting (seed 000 §2.3; Bock & Plitt 1984). Each trajectory is cut into W windows
+of H = T / W steps. Window 0 starts at the measured x0, window w >= 1 at a free shooting
+state s_w, an extra decision variable of the particle (K, W - 1, S). All K W windows are
+simulated in one vmapped call of `integrators.rollout`. The predicted trajectory takes the
+samples w H .. w H + H - 1 from window w (its start state first) and the last sample from the
+end of the last window. The defects d_w = x_end(window w) - s_{w+1}, w = 0 .. W - 2, are the
+equality constraints that make the prediction one continuous simulation; they are returned
+divided by the per-dimension state scale (seed §1.3) for the constraint solver (`csvgd`).
+W = 1 is single shooting (no shooting states, no defects).
+
+Likelihood of one trajectory k: independent Gaussian observation noise with a standard
+deviation per observed dimension,
+
+  log p_k = -1/2 sum_{t, o} ((y_sim[t, o] - y[t, o]) / sigma_o)^2
+            - (T + 1) sum_o log(sqrt(2 pi) sigma_o).
+
+Over the set (seed §1.2): 'product' (the trajectories are independent draws of one
+parameter vector) log p = sum_k log p_k; 'sum' (an equally weighted mixture: the trajectories
+may come from different parameters) log p = log(1/K sum_k p_k), a log-sum-exp.
+
+Normalisation (seed §1.3): shooting states are optimised in normalised units
+s = state_mean + state_scale * s_hat, with the mean and standard deviation of each measured
+state dimension (the seed writes w_i / sigma_i^2; dividing by the standard deviation is what
+makes the dimensions unitless and comparable, so that is what is done here); residuals are
+normalised by the noise standard deviations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sysid_ros.core import actuators, integrators
+from sysid_ros.core.types import Params, RobotModel
+
+__all__ = [
+    'COMBINE',
+    'TrajectoryData',
+    'LikelihoodTerms',
+    'ShootingLikelihood',
+    'make_trajectory_data',
+    'make_shooting_likelihood',
+    'initial_shooting_states',
+    'simulate_windows',
+    'predicted_trajectories',
+    'log_likelihood',
+]
+
+COMBINE = ('sum', 'product')
+# Floor of the normalising state scales, relative to the largest scale of the same kind
+# (positions, velocities): a joint that hardly moves must not blow up the normalisation.
+_SCALE_FLOOR = 1e-3
+
+
+class TrajectoryData(NamedTuple):
+    """A set of K measured trajectories (build with `make_trajectory_data`).
+
+    Attributes:
+      x0: (K, S) measured initial state [q; qd] of each trajectory (start of window 0).
+      controls: (K, T, nv) commanded joint torques/forces [N m, N], held for dt each.
+      observations: (K, T + 1, O) measured observed state dimensions, x0's first.
+      noise_std: (O,) observation noise standard deviation of each observed dimension.
+      state_mean: (S,) mean of each state dimension (normalisation of shooting states).
+      state_scale: (S,) spread of each state dimension (normalisation of shooting states and
+        defects).
+    """
+
+    x0: jax.Array
+    controls: jax.Array
+    observations: jax.Array
+    noise_std: jax.Array
+    state_mean: jax.Array
+    state_scale: jax.Array
+
+    @property
+    def num_trajectories(self) -> int:
+        return int(self.controls.shape[0])
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.controls.shape[1])
+
+
+class LikelihoodTerms(NamedTuple):
+    """Output of `log_likelihood` for one parameter vector.
+
+    Attributes:
+      log_lik: () combined log-likelihood of the set (sum or product form).
+      per_trajectory: (K,) log-likelihood of each trajectory.
+      defects: (K, W - 1, S) normalised defects, end of window w minus start of window w + 1.
+    """
+
+    log_lik: jax.Array
+    per_trajectory: jax.Array
+    defects: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class ShootingLikelihood:
+    """Simulator, observation model and likelihood settings (static, hashable).
+
+    Attributes:
+      model: static tree.
+      dt: control period [s].
+      num_windows: W, shooting windows per trajectory (1: single shooting).
+      combine: 'sum' (mixture over trajectories) or 'product' (independent trajectories).
+      observed: indices of the observed state dimensions in [q; qd] (default: all).
+      integrator, actuator, substeps: simulator settings, see `integrators.rollout`.
+    """
+
+    model: RobotModel
+    dt: float
+    num_windows: int = 1
+    combine: str = 'sum'
+    observed: tuple[int, ...] = ()
+    integrator: object = 'semi_implicit_euler'
+    actuator: object = 'viscous'
+    substeps: int = 1
+
+    @property
+    def state_dim(self) -> int:
+        return 2 * self.model.nv
+
+    @property
+    def observed_dims(self) -> tuple[int, ...]:
+        return self.observed or tuple(range(self.state_dim))
+
+    def window_length(self, num_steps: int) -> int:
+        """H = T / W (checked by `make_trajectory_data` / `check_data`)."""
+        return num_steps // self.num_windows
+
+    def shooting_shape(self, data: TrajectoryData) -> tuple[int, int, int]:
+        """(K, W - 1, S): shape of one particle's shooting states."""
+        return (data.num_trajectories, self.num_windows - 1, self.state_dim)
+
+    def num_constraints(self, data: TrajectoryData) -> int:
+        """C = K (W - 1) S defects per particle."""
+        k, w, s = self.shooting_shape(data)
+        return k * w * s
+
+    def check_data(self, data: TrajectoryData) -> None:
+        """Raise ValueError (before any compilation) if `data` does not fit these settings."""
+        k, t, nv = data.controls.shape
+        if nv != self.model.nv:
+            raise ValueError(f'likelihood: controls have {nv} joints, model '
+                             f'{self.model.name!r} has {self.model.nv}')
+        if data.x0.shape != (k, self.state_dim):
+            raise ValueError(f'likelihood: x0: expected shape {(k, self.state_dim)}, got '
+                             f'{tuple(data.x0.shape)}')
+        obs = len(self.observed_dims)
+        if data.observations.shape != (k, t + 1, obs):
+            raise ValueError(f'likelihood: observations: expected shape {(k, t + 1, obs)} '
+                             f'(K, T + 1, observed dims), got {tuple(data.observations.shape)}')
+        if t % self.num_windows:
+            raise ValueError(f'likelihood: num_windows={self.num_windows} does not divide the '
+                             f'{t} steps of each trajectory; choose a divisor of {t}')
+
+
+def make_shooting_likelihood(model: RobotModel, dt: float, num_windows: int = 1,
+                             combine: str = 'sum', observed: Sequence[int] | None = None,
+                             integrator='semi_implicit_euler', actuator='viscous',
+                             substeps: int = 1) -> ShootingLikelihood:
+    """Build and validate a `ShootingLikelihood` (see the module doc).
+
+    Raises:
+      ValueError: unknown combine, integrator or actuator; dt <= 0; num_windows < 1;
+        substeps < 1; observed indices outside [0, 2 nv) or repeated.
+    """
+    if combine not in COMBINE:
+        raise ValueError(f'likelihood: combine: expected one of {" | ".join(COMBINE)}, '
+                         f'got {combine!r}')
+    if not float(dt) > 0.0:
+        raise ValueError(f'likelihood: dt: expected > 0, got {dt!r}')
+    if int(num_windows) != num_windows or num_windows < 1:
+        raise ValueError(f'likelihood: num_windows: expected int >= 1, got {num_windows!r}')
+    if int(substeps) != substeps or substeps < 1:
+        raise ValueError(f'likelihood: substeps: expected int >= 1, got {substeps!r}')
+    integrators.get_integrator(integrator)
+    actuators.get_actuator(actuator)
+    state_dim = 2 * model.nv
+    observed = tuple(int(i) for i in (observed if observed is not None else ()))
+    if any(not 0 <= i < state_dim for i in observed) or len(set(observed)) != len(observed):
+        raise ValueError(f'likelihood: observed: expected distinct indices in [0, {state_dim}),'
+                         f' got {observed}')
+    return ShootingLikelihood(model=model, dt=float(dt), num_windows=int(num_windows),
+                              combine=combine, observed=observed, integrator=integrator,
+                              actuator=actuator, substeps=int(substeps))
+
+
+def _floored(scale: np.ndarray, nv: int) -> np.ndarray:
+    out = scale.copy()
+    for part in (slice(0, nv), slice(nv, 2 * nv)):
+        top = float(np.max(out[part])) if out[part].size else 0.0
+        out[part] = np.maximum(out[part], max(_SCALE_FLOOR * top, 1e-12))
+    return out
+
+
+def make_trajectory_data(likelihood: ShootingLikelihood, states, controls, noise_std,
+                         observations=None) -> TrajectoryData:
+    """Stack and validate measured trajectories (NumPy, on the host, before any compilation).
+
+    Args:
+      likelihood: the settings the data is for (model size, observed dimensions, windows).
+      states: (K, T + 1, S) measured states [q; qd] or a sequence of K such (T + 1, S)
+        arrays; x0 is the first sample, the normalisation the mean/std over all samples.
+      controls: (K, T, nv) commands, or a sequence of (T, nv) arrays.
+      noise_std: scalar or (O,) observation noise standard deviation per observed dimension.
+      observations: (K, T + 1, O) observations, or None to take `states[..., observed]`.
+
+    Returns:
+      TrajectoryData.
+
+    Raises:
+      ValueError: naming the problem: no trajectory, trajectories of unequal length or
+        dimension, NaN/inf in the data, noise_std <= 0, or a window count that does not
+        divide T.
+    """
+    def stack(arrays, what):
+        if isinstance(arrays, np.ndarray) or hasattr(arrays, 'shape'):
+            out = np.asarray(arrays, dtype=float)
+            if out.ndim == 2:
+                out = out[None]
+            return out
+        arrays = [np.asarray(a, dtype=float) for a in arrays]
+        if not arrays:
+            raise ValueError(f'trajectory data: {what}: no trajectory given')
+        shapes = {a.shape for a in arrays}
+        if len(shapes) != 1:
+            raise ValueError(f'trajectory data: {what}: trajectories of unequal length or '
+                             f'dimension: {sorted(shapes)}')
+        return np.stack(arrays)
+
+    states = stack(states, 'states')
+    controls = stack(controls, 'controls')
+    model = likelihood.model
+    s = likelihood.state_dim
+    if states.ndim != 3 or states.shape[0] == 0 or states.shape[2] != s:
+        raise ValueError(f'trajectory data: states: expected (K, T + 1, {s}) for the '
+                         f'{model.nv} joints of {model.name!r}, got {states.shape}')
+    k, t1 = states.shape[:2]
+    if controls.shape != (k, t1 - 1, model.nv):
+        raise ValueError(f'trajectory data: controls: expected {(k, t1 - 1, model.nv)} '
+                         f'(K, T, nv), got {controls.shape}')
+    if t1 < 2:
+        raise ValueError('trajectory data: need at least one control step per trajectory')
+    dims = list(likelihood.observed_dims)
+    observations = (states[..., dims] if observations is None
+                    else stack(observations, 'observations'))
+    if observations.shape != (k, t1, len(dims)):
+        raise ValueError(f'trajectory data: observations: expected {(k, t1, len(dims))}, got '
+                         f'{observations.shape}')
+    for name, array in (('states', states), ('controls', controls),
+                        ('observations', observations)):
+        if not np.all(np.isfinite(array)):
+            bad = np.argwhere(~np.isfinite(array))[0]
+            raise ValueError(f'trajectory data: {name} holds NaN or inf (first at index '
+                             f'{tuple(int(i) for i in bad)})')
+    noise = np.broadcast_to(np.asarray(noise_std, dtype=float), (len(dims),)).copy()
+    if not np.all(np.isfinite(noise) & (noise > 0.0)):
+        raise ValueError(f'trajectory data: noise_std: expected > 0 per observed dimension, '
+                         f'got {noise}')
+    if (t1 - 1) % likelihood.num_windows:
+        raise ValueError(f'trajectory data: num_windows={likelihood.num_windows} does not '
+                         f'divide the {t1 - 1} steps of each trajectory')
+    flat = states.reshape(-1, s)
+    mean = flat.mean(axis=0)
+    scale = _floored(flat.std(axis=0), model.nv)
+    return TrajectoryData(x0=jnp.asarray(states[:, 0]), controls=jnp.asarray(controls),
+                          observations=jnp.asarray(observations), noise_std=jnp.asarray(noise),
+                          state_mean=jnp.asarray(mean), state_scale=jnp.asarray(scale))
+
+
+def initial_shooting_states(likelihood: ShootingLikelihood, data: TrajectoryData) -> jax.Array:
+    """(K, W - 1, S) shooting states at the measured data: the observation at the start of
+    each window where the dimension is observed, the state mean elsewhere."""
+    k, w1, s = likelihood.shooting_shape(data)
+    h = likelihood.window_length(data.num_steps)
+    starts = data.observations[:, h * np.arange(1, w1 + 1)]              # (K, W - 1, O)
+    states = jnp.broadcast_to(data.state_mean, (k, w1, s))
+    return states.at[..., np.asarray(likelihood.observed_dims, dtype=int)].set(starts)
+
+
+def simulate_windows(likelihood: ShootingLikelihood, params: Params, x0: jax.Array,
+                     shooting: jax.Array, controls: jax.Array) -> jax.Array:
+    """All K W shooting windows in one vmapped rollout.
+
+    Args:
+      likelihood: settings.
+      params: physical parameters (one particle).
+      x0: (K, S) start of window 0 of each trajectory.
+      shooting: (K, W - 1, S) start states of windows 1 .. W - 1.
+      controls: (K, T, nv) commands.
+
+    Returns:
+      (K, W, H + 1, S) states of each window, its start state first.
+    """
+    k, t, nv = controls.shape
+    w = likelihood.num_windows
+    h = t // w
+    s = x0.shape[-1]
+    starts = jnp.concatenate([x0[:, None].astype(shooting.dtype), shooting], axis=1)
+
+    def simulate(start, window_controls):
+        return integrators.rollout(likelihood.model, params, start, window_controls,
+                                   likelihood.dt, integrator=likelihood.integrator,
+                                   actuator=likelihood.actuator, substeps=likelihood.substeps)
+
+    states = jax.vmap(simulate)(starts.reshape(k * w, s), controls.reshape(k * w, h, nv))
+    return states.reshape(k, w, h + 1, s)
+
+
+def predicted_trajectories(windows: jax.Array) -> jax.Array:
+    """(K, W, H + 1, S) window states -> (K, T + 1, S) predicted trajectory (module doc)."""
+    k, w, h1, s = windows.shape
+    body = windows[:, :, :-1].reshape(k, w * (h1 - 1), s)
+    return jnp.concatenate([body, windows[:, -1, -1:]], axis=1)
+
+
+def log_likelihood(likelihood: ShootingLikelihood, params: Params, shooting: jax.Array,
+                   data: TrajectoryData) -> LikelihoodTerms:
+    """Multiple-shooting log-likelihood of the trajectory set for one parameter vector.
+
+    Args:
+      likelihood: settings.
+      params: physical parameters.
+      shooting: (K, W - 1, S) shooting states in physical units (empty for W = 1).
+      data: the measured trajectories.
+
+    Returns:
+      LikelihoodTerms (log_lik, per_trajectory, normalised defects). NaN/inf where the
+      simulation diverged.
+    """
+    windows = simulate_windows(likelihood, params, data.x0, shooting, data.controls)
+    predicted = predicted_trajectories(windows)[..., np.asarray(likelihood.observed_dims)]
+    residual = (predicted - data.observations) / data.noise_std
+    num_samples = data.observations.shape[1]
+    log_norm = num_samples * jnp.sum(jnp.log(jnp.sqrt(2.0 * jnp.pi) * data.noise_std))
+    per_trajectory = -0.5 * jnp.sum(jnp.square(residual), axis=(1, 2)) - log_norm
+    if likelihood.combine == 'product':
+        log_lik = jnp.sum(per_trajectory)
+    else:
+        log_lik = jax.nn.logsumexp(per_trajectory) - jnp.log(per_trajectory.shape[0])
+    defects = (windows[:, :-1, -1] - shooting) / data.state_scale
+    return LikelihoodTerms(log_lik=log_lik, per_trajectory=per_trajectory, defects=defects)

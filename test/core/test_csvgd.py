@@ -1,0 +1,228 @@
+"""CSVGD on a small version of the seed's double pendulum (two unknown link lengths, one
+trajectory of 40 steps in 4 shooting windows, 8 particles): the defects go to ~0, the
+particles stay within their bounds and reach the true lengths, diverging particles are
+re-seeded without poisoning the others, two host devices give the result of one, and bad
+input fails on the host.
+
+All tests share one problem shape, so `step` compiles once per session (plus once in the
+sharding subprocess).
+"""
+
+import functools
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import csvgd_problems as dp
+from sysid_ros.core import csvgd, svgd
+from sysid_ros.core import likelihood as lk
+from sysid_ros.core.csvgd import CSVGDInfo, CSVGDState
+
+T, W, P = 40, 4, 8
+TRUE_LENGTHS = (1.5, 2.0)
+NOISE = 0.05
+# Lengths below this poison the simulation (NaN masses): only the non-finite test puts
+# particles there (Sobol points of the other tests stay above it).
+POISON_BELOW = 0.52
+SETTING = lk.make_shooting_likelihood(dp.MODEL, dp.DT, W, 'sum', integrator=dp.INTEGRATOR,
+                                      actuator=dp.ACTUATOR)
+ESTIMATOR = csvgd.make_csvgd(SETTING, dp.SPEC, optax.adam(5e-2),
+                             params_fn=dp.make_params_fn(POISON_BELOW), mesh=None)
+STEP = jax.jit(ESTIMATOR.step)
+THETA0 = csvgd.sobol_particles(dp.SPEC, P, seed=1)
+
+
+def _data(lengths=TRUE_LENGTHS):
+    states = dp.simulate(*lengths, T)[None]
+    return lk.make_trajectory_data(SETTING, states, np.zeros((1, T, 2)), NOISE)
+
+
+@functools.lru_cache(maxsize=None)
+def _run(lengths=TRUE_LENGTHS, num_steps=400):
+    """Run CSVGD; return the final state, every info, and the theta of every step."""
+    data = _data(lengths)
+    state = ESTIMATOR.init(jax.random.key(0), THETA0, data)
+    infos, thetas = [], [np.asarray(state.theta)]
+    for _ in range(num_steps):
+        state, info = STEP(state, data)
+        infos.append(jax.device_get(info))
+        thetas.append(np.asarray(state.theta))
+    return state, infos, np.stack(thetas)
+
+
+def test_all_names_import():
+    for name in csvgd.__all__:
+        assert hasattr(csvgd, name), name
+
+
+def test_sobol_particles_are_seeded_scrambled_sobol_points_in_the_bounds():
+    from scipy.stats import qmc
+    theta = csvgd.sobol_particles(dp.SPEC, 16, seed=3)
+    expected = qmc.scale(qmc.Sobol(2, scramble=True, seed=3).random(16),
+                         dp.SPEC.lower_bounds, dp.SPEC.upper_bounds)
+    np.testing.assert_array_equal(theta, expected)
+    assert np.all(dp.SPEC.within_bounds(theta))
+    assert not np.array_equal(theta, csvgd.sobol_particles(dp.SPEC, 16, seed=4))
+    assert csvgd.sobol_particles(dp.SPEC, 5).shape == (5, 2)     # no power of two: fine
+
+
+def test_state_and_info_shapes():
+    data = _data()
+    state = ESTIMATOR.init(jax.random.key(0), THETA0, data)
+    assert isinstance(state, CSVGDState)
+    c = 1 * (W - 1) * 4
+    assert state.theta.shape == (P, 2) and state.particles.shape == (P, 2 + c)
+    assert state.multipliers.shape == (P, c)
+    np.testing.assert_allclose(state.theta, THETA0, rtol=1e-12)
+    theta, shooting = csvgd.split_particles(dp.SPEC, SETTING, state.particles, data)
+    np.testing.assert_allclose(theta, THETA0, rtol=1e-12)
+    np.testing.assert_allclose(shooting[0], lk.initial_shooting_states(SETTING, data),
+                               atol=1e-12)
+    state, info = STEP(state, data)
+    assert isinstance(info, CSVGDInfo)
+    for field in ('log_lik', 'max_defect', 'grad_norm'):
+        assert getattr(info, field).shape == (P,), field
+    assert info.num_nonfinite.shape == () and int(state.iteration) == 1
+
+
+def test_defects_vanish_and_particles_reach_the_truth():
+    state, infos, thetas = _run()
+    max_defect = np.array([np.max(i.max_defect) for i in infos])
+    assert max_defect[0] > 0.1                     # Sobol lengths: windows disagree at first
+    assert max_defect[-1] < 1e-2, max_defect[-10:]   # normalised units (state std)
+    lengths = dp.lengths_from_theta(state.theta)
+    assert np.all(np.linalg.norm(lengths - TRUE_LENGTHS, axis=1) < 0.3), lengths
+    assert all(int(i.num_nonfinite) == 0 for i in infos)
+    # Every particle's shooting states now lie on its own simulation: one rollout from x0
+    # with its lengths passes through all of them.
+    data = _data()
+    _, shooting = csvgd.split_particles(dp.SPEC, SETTING, state.particles, data)
+    h = T // W
+    for k in np.argsort(np.linalg.norm(lengths - TRUE_LENGTHS, axis=1))[:2]:
+        rollout = dp.simulate(*lengths[k], T)
+        scale = np.asarray(data.state_scale)
+        np.testing.assert_allclose(shooting[k, 0] / scale, rollout[h::h][:W - 1] / scale,
+                                   atol=2e-2)
+
+
+def test_particles_never_leave_their_bounds():
+    """Data made with l2 = 5.5 m, beyond the 5 m bound: particles press against it and
+    stay inside at every step (the sigmoid bijection cannot leave the box)."""
+    _, _, thetas = _run(lengths=(1.5, 5.5))
+    assert np.all(dp.SPEC.within_bounds(thetas))
+    lengths = dp.lengths_from_theta(thetas[-1])
+    assert np.max(lengths[:, 1]) > 4.75 and np.median(lengths[:, 1]) > 4.0
+    assert np.all(lengths[:, 1] < 5.0)
+
+
+def test_diverging_particles_are_reseeded_without_poisoning_the_others():
+    data = _data()
+    theta0 = THETA0.copy()
+    theta0[:2, 0] = -0.51                 # l1 = 0.51 m < POISON_BELOW: NaN simulation
+    state = ESTIMATOR.init(jax.random.key(0), theta0, data)
+    new, info = STEP(state, data)
+    assert int(info.num_nonfinite) == 2 and int(new.num_reseeded) == 2
+    assert np.all(np.isneginf(info.log_lik[:2])) and np.all(np.isfinite(info.log_lik[2:]))
+    for leaf in (new.theta, new.particles, new.multipliers):
+        assert np.all(np.isfinite(np.asarray(leaf)))
+    # Re-seeded next to finite particles (jitter 0.05 in z), hence out of the poisoned band.
+    assert np.all(dp.lengths_from_theta(new.theta)[:2, 0] > POISON_BELOW)
+    # The others are untouched by the NaN: same log-likelihood as with healthy neighbours,
+    # and Adam's first step moves each of their coordinates by the learning rate.
+    healthy, healthy_info = STEP(ESTIMATOR.init(jax.random.key(0), THETA0, data), data)
+    np.testing.assert_allclose(info.log_lik[2:], healthy_info.log_lik[2:], rtol=1e-12)
+    moved = np.abs(np.asarray(new.particles[2:] - state.particles[2:]))
+    np.testing.assert_allclose(moved[:, :2], 5e-2, rtol=1e-3)
+
+
+def test_bad_input_fails_before_compilation():
+    data = _data()
+    with pytest.raises(ValueError, match='num_particles'):
+        csvgd.sobol_particles(dp.SPEC, 0)
+    with pytest.raises(ValueError, match='at least one particle'):
+        ESTIMATOR.init(jax.random.key(0), np.zeros((0, 2)), data)
+    with pytest.raises(ValueError, match=r'\(P, 2\)'):
+        ESTIMATOR.init(jax.random.key(0), np.zeros((4, 3)), data)
+    with pytest.raises(ValueError, match='does not divide'):
+        other = lk.make_shooting_likelihood(dp.MODEL, dp.DT, 7)
+        csvgd.make_csvgd(other, dp.SPEC, optax.adam(0.1), base_params=dp.BASE).init(
+            jax.random.key(0), THETA0, data)
+    with pytest.raises(ValueError, match='exactly one'):
+        csvgd.make_csvgd(SETTING, dp.SPEC, optax.adam(0.1))
+    with pytest.raises(ValueError, match='kernel'):
+        csvgd.make_csvgd(SETTING, dp.SPEC, optax.adam(0.1), base_params=dp.BASE, kernel='x')
+
+
+_SHARDED_SCRIPT = textwrap.dedent('''
+    import sys
+    import jax
+    jax.config.update('jax_enable_x64', True)
+    import numpy as np
+    sys.path.insert(0, {test_dir!r})
+    import test_csvgd as t
+    from test_csvgd import _gaussian, _svgd_run
+    from sysid_ros.core import csvgd, svgd
+    import optax
+    assert jax.device_count() == 2, jax.devices()
+    estimator = csvgd.make_csvgd(t.SETTING, t.dp.SPEC, optax.adam(5e-2),
+                                 params_fn=t.dp.make_params_fn(t.POISON_BELOW), mesh='auto')
+    step = jax.jit(estimator.step)
+    data = t._data()
+    state = estimator.init(jax.random.key(0), t.THETA0, data)
+    for _ in range(3):
+        state, info = step(state, data)
+    assert len(state.particles.sharding.device_set) == 2, state.particles.sharding
+    assert not state.particles.sharding.is_fully_replicated
+    svgd_state = _svgd_run(svgd.make_svgd(_gaussian, optax.adam(0.1), mesh='auto'))
+    assert len(svgd_state.particles.sharding.device_set) == 2
+    np.savez({out!r}, theta=state.theta, particles=state.particles,
+             multipliers=state.multipliers, log_lik=info.log_lik,
+             svgd=svgd_state.particles)
+''')
+
+
+def _gaussian(x, data):
+    return -0.5 * jnp.sum(jnp.square(x - 1.0))
+
+
+def _svgd_run(estimator):
+    """Five SVGD steps on a Gaussian from fixed particles (sharding check)."""
+    state = estimator.init(jax.random.key(0), jax.random.normal(jax.random.key(1), (8, 3)))
+    step = jax.jit(estimator.step)
+    for _ in range(5):
+        state, _ = step(state, None)
+    return state
+
+
+def test_two_host_devices_give_the_result_of_one(tmp_path):
+    """Same three CSVGD steps (and five SVGD steps on a Gaussian) with the particles sharded
+    over two forced host devices (in a subprocess: the device count is fixed when JAX
+    starts) and on one device here."""
+    out = tmp_path / 'sharded.npz'
+    test_dir = str(pathlib.Path(__file__).resolve().parent)
+    env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2',
+               JAX_PLATFORMS='cpu')
+    env['PYTHONPATH'] = os.pathsep.join(sys.path)
+    script = _SHARDED_SCRIPT.format(test_dir=test_dir, out=str(out))
+    result = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sharded = np.load(out)
+    data = _data()
+    state = ESTIMATOR.init(jax.random.key(0), THETA0, data)
+    for _ in range(3):
+        state, info = STEP(state, data)
+    single = _svgd_run(svgd.make_svgd(_gaussian, optax.adam(0.1), mesh=None))
+    for name, value in (('theta', state.theta), ('particles', state.particles),
+                        ('multipliers', state.multipliers), ('log_lik', info.log_lik),
+                        ('svgd', single.particles)):
+        np.testing.assert_allclose(sharded[name], np.asarray(value), rtol=1e-10, atol=1e-10,
+                                   err_msg=name)

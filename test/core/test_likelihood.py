@@ -1,0 +1,104 @@
+"""Single/multiple-shooting likelihood: windows vs one rollout, the Gaussian log-density by
+hand, sum vs product forms, and data validation before any compilation."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import csvgd_problems as dp
+from sysid_ros.core import likelihood as lk
+
+T, W = 12, 3
+NOISE = np.array([0.1, 0.2, 0.3, 0.4])
+
+
+def _setting(num_windows=W, combine='sum', observed=None):
+    return lk.make_shooting_likelihood(dp.MODEL, dp.DT, num_windows, combine, observed,
+                                       integrator=dp.INTEGRATOR, actuator=dp.ACTUATOR)
+
+
+def _data(setting, lengths=((1.0, 2.0), (2.0, 1.0)), noise=NOISE):
+    states = np.stack([dp.simulate(a, b, T) for a, b in lengths])
+    return lk.make_trajectory_data(setting, states, np.zeros((len(lengths), T, 2)), noise)
+
+
+def test_all_names_import():
+    for name in lk.__all__:
+        assert hasattr(lk, name), name
+
+
+def test_windows_on_the_true_trajectory_have_no_defects_and_reproduce_it():
+    setting = _setting()
+    data = _data(setting)
+    params = dp.make_params_fn()(jnp.asarray(dp.theta_from_lengths([1.0, 2.0])))
+    shooting = lk.initial_shooting_states(setting, data)
+    assert shooting.shape == (2, W - 1, 4)
+    windows = jax.jit(lk.simulate_windows, static_argnums=0)(
+        setting, params, data.x0, shooting, data.controls)
+    assert windows.shape == (2, W, T // W + 1, 4)
+    predicted = lk.predicted_trajectories(windows)
+    np.testing.assert_allclose(predicted[0], dp.simulate(1.0, 2.0, T), atol=1e-12)
+    terms = lk.log_likelihood(setting, params, shooting, data)
+    np.testing.assert_allclose(terms.defects[0], 0.0, atol=1e-12)
+    assert np.max(np.abs(terms.defects[1])) > 1e-3          # the other trajectory's lengths
+
+
+def test_log_likelihood_by_hand_and_sum_vs_product():
+    theta = jnp.asarray(dp.theta_from_lengths([1.2, 1.7]))
+    params = dp.make_params_fn()(theta)
+    single = _setting(num_windows=1)
+    data = _data(single)
+    shooting = jnp.zeros((2, 0, 4))
+    terms = lk.log_likelihood(single, params, shooting, data)
+    rollout = dp.simulate(1.2, 1.7, T)
+    residual = (rollout[None] - np.asarray(data.observations)) / NOISE
+    expected = (-0.5 * np.sum(residual ** 2, axis=(1, 2))
+                - (T + 1) * np.sum(np.log(np.sqrt(2 * np.pi) * NOISE)))
+    np.testing.assert_allclose(terms.per_trajectory, expected, rtol=1e-12)
+    np.testing.assert_allclose(terms.log_lik, np.logaddexp(*expected) - np.log(2.0),
+                               rtol=1e-12)
+    product = lk.log_likelihood(_setting(1, 'product'), params, shooting, data)
+    np.testing.assert_allclose(product.log_lik, np.sum(expected), rtol=1e-12)
+    assert terms.defects.shape == (2, 0, 4)
+
+
+def test_partial_observation_and_gradients_are_finite():
+    setting = _setting(observed=(0, 1))
+    data = _data(setting, noise=0.05)
+    assert data.observations.shape == (2, T + 1, 2) and data.noise_std.shape == (2,)
+    shooting = lk.initial_shooting_states(setting, data)
+    # Unobserved velocities start at the mean of the measured states.
+    np.testing.assert_allclose(shooting[..., 2:], np.broadcast_to(data.state_mean[2:],
+                                                                  (2, W - 1, 2)))
+
+    def total(theta, shooting):
+        terms = lk.log_likelihood(setting, dp.make_params_fn()(theta), shooting, data)
+        return terms.log_lik + jnp.sum(terms.defects)
+
+    grads = jax.jit(jax.grad(total, argnums=(0, 1)))(
+        jnp.asarray(dp.theta_from_lengths([1.5, 1.5])), shooting)
+    assert all(np.all(np.isfinite(g)) for g in grads)
+
+
+@pytest.mark.parametrize('states, controls, noise, match', [
+    (np.zeros((2, T + 1, 4)), np.zeros((2, T, 2)), 0.0, 'noise_std'),
+    (np.zeros((2, T + 1, 3)), np.zeros((2, T, 2)), 0.1, 'states'),
+    (np.zeros((2, T + 1, 4)), np.zeros((2, T - 1, 2)), 0.1, 'controls'),
+    ([np.zeros((T + 1, 4)), np.zeros((T, 4))], np.zeros((2, T, 2)), 0.1, 'unequal'),
+    (np.full((1, T + 1, 4), np.nan), np.zeros((1, T, 2)), 0.1, 'NaN'),
+    (np.zeros((1, T + 2, 4)), np.zeros((1, T + 1, 2)), 0.1, 'does not divide'),
+    ([], [], 0.1, 'no trajectory'),
+])
+def test_bad_data_is_rejected_on_the_host(states, controls, noise, match):
+    with pytest.raises(ValueError, match=match):
+        lk.make_trajectory_data(_setting(), states, controls, noise)
+
+
+def test_bad_settings_are_rejected():
+    with pytest.raises(ValueError, match='combine'):
+        _setting(combine='mean')
+    with pytest.raises(ValueError, match='num_windows'):
+        _setting(num_windows=0)
+    with pytest.raises(ValueError, match='observed'):
+        _setting(observed=(0, 4))
