@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core import actuators, integrators
+from sysid_ros.core import actuators, integrators, losses
 from sysid_ros.core.types import Params, RobotModel
 
 __all__ = [
@@ -58,9 +58,6 @@ __all__ = [
 ]
 
 COMBINE = ('sum', 'product')
-# Floor of the normalising state scales, relative to the largest scale of the same kind
-# (positions, velocities): a joint that hardly moves must not blow up the normalisation.
-_SCALE_FLOOR = 1e-3
 
 
 class TrajectoryData(NamedTuple):
@@ -198,14 +195,6 @@ def make_shooting_likelihood(model: RobotModel, dt: float, num_windows: int = 1,
                               actuator=actuator, substeps=int(substeps))
 
 
-def _floored(scale: np.ndarray, nv: int) -> np.ndarray:
-    out = scale.copy()
-    for part in (slice(0, nv), slice(nv, 2 * nv)):
-        top = float(np.max(out[part])) if out[part].size else 0.0
-        out[part] = np.maximum(out[part], max(_SCALE_FLOOR * top, 1e-12))
-    return out
-
-
 def make_trajectory_data(likelihood: ShootingLikelihood, states, controls, noise_std,
                          observations=None) -> TrajectoryData:
     """Stack and validate measured trajectories (NumPy, on the host, before any compilation).
@@ -275,7 +264,7 @@ def make_trajectory_data(likelihood: ShootingLikelihood, states, controls, noise
                          f'divide the {t1 - 1} steps of each trajectory')
     flat = states.reshape(-1, s)
     mean = flat.mean(axis=0)
-    scale = _floored(flat.std(axis=0), model.nv)
+    scale = losses.floored_state_scale(flat.std(axis=0), model.nv)
     return TrajectoryData(x0=jnp.asarray(states[:, 0]), controls=jnp.asarray(controls),
                           observations=jnp.asarray(observations), noise_std=jnp.asarray(noise),
                           state_mean=jnp.asarray(mean), state_scale=jnp.asarray(scale))

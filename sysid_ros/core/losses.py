@@ -41,6 +41,7 @@ __all__ = [
     'rollout_loss',
     'LossFn',
     'make_loss_fn',
+    'floored_state_scale',
 ]
 
 LOSSES = ('one_step', 'rollout')
@@ -75,7 +76,8 @@ class Segments(NamedTuple):
         return int(self.controls.shape[1])
 
 
-def _floored(scale: np.ndarray, nv: int) -> np.ndarray:
+def floored_state_scale(scale: np.ndarray, nv: int) -> np.ndarray:
+    """Per-dimension scales (2 nv,) of [q; qd], floored relative to the largest of each kind."""
     out = scale.copy()
     for part in (slice(0, nv), slice(nv, 2 * nv)):
         top = float(np.max(out[part])) if out[part].size else 0.0
@@ -130,8 +132,8 @@ def make_segments(qs: Sequence[np.ndarray], qds: Sequence[np.ndarray],
         raise ValueError(f'make_segments: no trajectory has more than horizon={horizon} '
                          'samples')
     nv = x0s[0].shape[1] // 2
-    state_scale = _floored(np.std(np.concatenate(states), axis=0), nv)
-    delta_scale = _floored(np.std(np.concatenate(deltas), axis=0), nv)
+    state_scale = floored_state_scale(np.std(np.concatenate(states), axis=0), nv)
+    delta_scale = floored_state_scale(np.std(np.concatenate(deltas), axis=0), nv)
     return Segments(x0=jnp.asarray(np.concatenate(x0s)),
                     controls=jnp.asarray(np.concatenate(controls)),
                     targets=jnp.asarray(np.concatenate(targets)),
