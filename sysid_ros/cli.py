@@ -132,7 +132,8 @@ def _cmd_fit(args) -> int:
         progress.close()
     extra = {'config': os.path.abspath(args.config),
              'data': [os.path.abspath(p) for p in args.data]}
-    out = results.write_results(args.out, result, extra=extra)
+    out = results.write_results(args.out, result, extra=extra,
+                                urdf=pipeline.identified_urdf(problem, result.mean))
     print(_estimate_table(result))
     print(f'{method}: {result.iterations} iterations, final loss {result.final_loss:.4e}, '
           f'{result.wall_time:.1f} s; consistent: {bool(result.consistent.all())}; '

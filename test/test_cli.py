@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from sysid_ros import cli
+from sysid_ros.io import model_io
 from sysid_ros.io import results
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -89,6 +90,10 @@ def test_fit_writes_all_files_and_recovers_parameters(workdir, tmp_path, capsys)
         assert params[name]['mean'] == pytest.approx(TRUE[name], rel=0.05), name
     assert abs(params['link2.com.x']['mean']) < 2e-3
     assert params['link1.mass']['initial'] == 1.3
+    # The identified URDF loads and carries the estimate.
+    _, identified = model_io.load_urdf(str(out / 'robot_identified.urdf'))
+    assert float(identified.inertial[0, 0]) == pytest.approx(params['link1.mass']['mean'])
+    assert float(identified.damping[1]) == pytest.approx(params['joint2.damping']['mean'])
 
 
 def test_failing_run_leaves_previous_output_untouched(workdir, tmp_path, capsys):

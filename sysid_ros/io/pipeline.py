@@ -48,6 +48,7 @@ from sysid_ros.core.types import Params, RobotModel
 from sysid_ros.io import config as config_io
 from sysid_ros.io import model_io
 from sysid_ros.io import trajectory as trajectory_io
+from sysid_ros.io import urdf_export
 from sysid_ros.io.config import Config, ConfigError
 from sysid_ros.io.trajectory import DataError, Trajectory
 
@@ -645,3 +646,21 @@ def prediction_error(problem: Problem, theta, trajectory: Trajectory, horizon: i
             else math.inf,
             'rmse_qd': float(np.sqrt(np.mean(np.square(error[..., nv:])))) if finite
             else math.inf}
+
+
+def identified_urdf(problem: Problem, theta) -> str:
+    """URDF text with the parameters `theta` (M,) written in.
+
+    The configured URDF is updated (merged fixed links keep their values); a builder's model
+    gets a URDF of its own.
+    """
+    params = problem.spec.to_params(jnp.asarray(theta), problem.base_params)
+    source = problem.config.model.urdf
+    if source is None:
+        return urdf_export.model_to_urdf(problem.model, params)
+    if source.startswith(model_io.EXAMPLE_ROBOT_PREFIX):
+        source, _ = model_io.example_robot_urdf(source[len(model_io.EXAMPLE_ROBOT_PREFIX):])
+    if not source.lstrip().startswith('<'):
+        with open(source, encoding='utf-8') as f:
+            source = f.read()
+    return urdf_export.update_urdf(source, problem.model, problem.base_params, params)

@@ -37,7 +37,8 @@ __all__ = [
     'plot_convergence',
 ]
 
-FILES = ('estimate.yaml', 'posterior.npz', 'history.csv', 'convergence.png')
+FILES = ('estimate.yaml', 'posterior.npz', 'history.csv', 'convergence.png',
+         'robot_identified.urdf')
 
 
 class ResultsError(InputError):
@@ -106,7 +107,8 @@ def plot_convergence(path: str, history: np.ndarray, title: str = '') -> None:
     fig.savefig(path, format='png')
 
 
-def _write_all(folder: str, result, extra: Mapping[str, Any] | None) -> None:
+def _write_all(folder: str, result, extra: Mapping[str, Any] | None,
+               urdf: str | None) -> None:
     content = estimate_dict(result)
     if extra:
         content.update(_plain(dict(extra)))
@@ -121,10 +123,13 @@ def _write_all(folder: str, result, extra: Mapping[str, Any] | None) -> None:
                header='iteration,loss', comments='', fmt=['%d', '%.10g'])
     plot_convergence(os.path.join(folder, 'convergence.png'), result.loss_history,
                      f'{result.method}: final loss {result.final_loss:.3g}')
+    if urdf is not None:
+        with open(os.path.join(folder, 'robot_identified.urdf'), 'w', encoding='utf-8') as f:
+            f.write(urdf)
 
 
-def write_results(out_dir: str | os.PathLike, result, extra: Mapping[str, Any] | None = None
-                  ) -> str:
+def write_results(out_dir: str | os.PathLike, result, extra: Mapping[str, Any] | None = None,
+                  urdf: str | None = None) -> str:
     """Write all result files of `result` (a `pipeline.FitResult`) into `out_dir`, atomically.
 
     Files already in `out_dir` that this function does not write are carried over into the
@@ -134,6 +139,7 @@ def write_results(out_dir: str | os.PathLike, result, extra: Mapping[str, Any] |
       out_dir: output folder (created, with its parents).
       result: the fit result.
       extra: more top-level entries for `estimate.yaml` (e.g. the config and data paths).
+      urdf: text of `robot_identified.urdf` (the model with the estimate written in).
 
     Returns:
       The absolute path of `out_dir`.
@@ -153,7 +159,7 @@ def write_results(out_dir: str | os.PathLike, result, extra: Mapping[str, Any] |
         raise ResultsError(f'{out_dir}: --out: cannot write here: {exc.strerror}') from exc
     old = None
     try:
-        _write_all(tmp, result, extra)
+        _write_all(tmp, result, extra, urdf)
         if os.path.isdir(out_dir):
             for name in os.listdir(out_dir):
                 if name not in FILES:
