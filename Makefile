@@ -43,7 +43,7 @@ $(STAMP): requirements.txt setup.py setup.cfg | $(PY)
 	touch $@
 
 test: .venv
-	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) test/
+	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --durations=15 test/
 
 test-slow: .venv
 	$(PY) -m pytest -q -m slow test/
