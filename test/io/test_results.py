@@ -20,8 +20,12 @@ def _result(value=1.0, method='nea'):
 
 
 def test_write_results_files_and_content(tmp_path):
-    out = results.write_results(tmp_path / 'out', _result(), extra={'data': ['a.npz']})
+    urdf = '<robot name="identified"/>'
+    out = results.write_results(tmp_path / 'out', _result(), extra={'data': ['a.npz']},
+                                urdf=urdf)
     assert sorted(os.listdir(out)) == sorted(results.FILES)
+    with open(os.path.join(out, 'robot_identified.urdf')) as f:
+        assert f.read() == urdf
     estimate = results.read_estimate(out)
     assert estimate['method'] == 'nea' and estimate['iterations'] == 3
     assert estimate['final_loss'] == 0.01 and estimate['consistent'] is True
