@@ -202,6 +202,7 @@ def _svgd_run(estimator):
     return state
 
 
+@pytest.mark.slow  # two fresh XLA processes compile everything again (about 2 min)
 def test_two_host_devices_give_the_result_of_one(tmp_path):
     """Same three CSVGD steps (and five SVGD steps on a Gaussian) with the particles sharded
     over two forced host devices (in a subprocess: the device count is fixed when JAX
