@@ -35,6 +35,7 @@ setup(
     entry_points={
         'console_scripts': [
             'sysid = sysid_ros.cli:main',
+            'sim_robot = sysid_ros.ros.sim_robot:main',
         ],
     },
 )

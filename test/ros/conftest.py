@@ -1,0 +1,139 @@
+"""ROS 2 test set-up: loopback-only DDS, a domain per test session, rclpy helpers, and nodes
+started as separate processes that are always stopped.
+
+Every ROS 2 participant of these tests (this process and the nodes it starts) binds to
+127.0.0.1 only (`config/fastdds_localhost.xml`, `ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST`) and
+uses a domain derived from this process id, so parallel test runs (xdist workers, other
+checkouts) do not see each other. These are set at import, before any rclpy context exists.
+"""
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+os.environ['FASTDDS_DEFAULT_PROFILES_FILE'] = str(REPO_ROOT / 'config' / 'fastdds_localhost.xml')
+os.environ['ROS_DOMAIN_ID'] = str(100 + os.getpid() % 100)
+
+try:
+    import rclpy
+    import rclpy.executors
+    import rclpy.signals
+except ImportError:                             # no ROS 2 here: skip this folder
+    collect_ignore_glob = ['test_*.py']
+
+
+def ros_env(**extra) -> dict:
+    """Environment for a node subprocess: the DDS isolation above, the source tree first on
+    the path, unbuffered output."""
+    env = dict(os.environ, PYTHONUNBUFFERED='1', **extra)
+    env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(REPO_ROOT),
+                                                      os.environ.get('PYTHONPATH')]))
+    return env
+
+
+class NodeProcess:
+    """A node started with `python -m MODULE --ros-args ...`; output goes to a log file."""
+
+    def __init__(self, module: str, ros_args, log_path: pathlib.Path):
+        self.log_path = log_path
+        self._log = open(log_path, 'w')
+        self.proc = subprocess.Popen(
+            [sys.executable, '-m', module, '--ros-args', *ros_args], cwd=REPO_ROOT,
+            env=ros_env(), stdout=self._log, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text()
+
+    def interrupt(self, timeout: float = 15.0) -> int:
+        """SIGINT, as Ctrl-C; returns the exit status (kills it after `timeout` seconds)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._log.close()
+
+
+@pytest.fixture(scope='module')
+def start_node(tmp_path_factory):
+    """`start_node(module, *ros_args) -> NodeProcess`; every process is killed at the end of
+    the module, whatever happened."""
+    started = []
+
+    def start(module, *ros_args):
+        log = tmp_path_factory.mktemp('node') / f'{module.rsplit(".", 1)[-1]}.log'
+        process = NodeProcess(module, list(ros_args), log)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+
+
+class RosHelper:
+    """A node of the test process in its own context, spun on demand."""
+
+    def __init__(self):
+        self.context = rclpy.Context()
+        # No signal handlers: Ctrl-C stays with pytest.
+        rclpy.init(context=self.context,
+                   signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
+        self.node = rclpy.create_node('sysid_test_probe', context=self.context)
+        self.executor = rclpy.executors.SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+
+    def spin_until(self, predicate, timeout: float) -> bool:
+        """Spin until `predicate()` is true or `timeout` seconds pass; returns predicate()."""
+        deadline = time.monotonic() + timeout
+        while not predicate() and time.monotonic() < deadline:
+            self.executor.spin_once(timeout_sec=0.02)
+        return bool(predicate())
+
+    def spin_for(self, duration: float) -> None:
+        deadline = time.monotonic() + duration
+        while time.monotonic() < deadline:
+            self.executor.spin_once(timeout_sec=0.01)
+
+    def call(self, srv_type, name: str, request, timeout: float = 10.0):
+        """Call a service; returns the response (fails the test on a timeout)."""
+        client = self.node.create_client(srv_type, name)
+        try:
+            assert client.wait_for_service(timeout_sec=timeout), f'no service {name}'
+            future = client.call_async(request)
+            assert self.spin_until(future.done, timeout), f'{name}: no response'
+            return future.result()
+        finally:
+            self.node.destroy_client(client)
+
+    def close(self):
+        self.executor.shutdown()
+        self.node.destroy_node()
+        self.context.try_shutdown()
+
+
+@pytest.fixture(scope='module')
+def ros():
+    """A `RosHelper` for the module: node, executor, spin and call helpers."""
+    helper = RosHelper()
+    yield helper
+    helper.close()

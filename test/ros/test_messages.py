@@ -1,0 +1,96 @@
+"""Message <-> array conversions: round trips, stamps (negative, nanosecond carry), joint order
+by name, Float64MultiArray layout, PoseStamped."""
+
+import math
+
+from builtin_interfaces.msg import Time
+import numpy as np
+import pytest
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+
+from sysid_ros.ros import messages
+
+
+def test_all_names_importable():
+    for name in messages.__all__:
+        assert hasattr(messages, name)
+
+
+@pytest.mark.parametrize('t, sec, nanosec', [
+    (0.0, 0, 0),
+    (1.5, 1, 500_000_000),
+    (1_795_279_931.25, 1_795_279_931, 250_000_000),
+    (-0.25, -1, 750_000_000),
+    (2.9999999999, 3, 0),                       # rounds up to the next second
+])
+def test_stamps(t, sec, nanosec):
+    stamp = messages.seconds_to_stamp(t)
+    assert (stamp.sec, stamp.nanosec) == (sec, nanosec)
+    assert messages.stamp_to_seconds(stamp) == pytest.approx(t, abs=1e-9)
+
+
+def test_stamp_seconds_nanosecond_resolution():
+    stamp = Time(sec=12, nanosec=345_678_901)
+    back = messages.seconds_to_stamp(messages.stamp_to_seconds(stamp))
+    assert (back.sec, back.nanosec) == (12, 345_678_901)
+
+
+@pytest.mark.parametrize('t', [math.nan, math.inf])
+def test_non_finite_stamp_raises(t):
+    with pytest.raises(ValueError, match='finite'):
+        messages.seconds_to_stamp(t)
+
+
+def test_joint_state_round_trip():
+    names = ('joint2', 'finger', 'joint1')
+    msg = messages.arrays_to_joint_state(3.25, names, [2.0, 9.0, 1.0], [0.2, 0.9, 0.1],
+                                         [-2.0, 0.0, -1.0], frame_id='base')
+    assert isinstance(msg, JointState)
+    assert msg.header.frame_id == 'base'
+    arrays = messages.joint_state_to_arrays(msg)
+    assert arrays.t == 3.25 and arrays.names == names
+    np.testing.assert_array_equal(arrays.position, [2.0, 9.0, 1.0])
+    np.testing.assert_array_equal(arrays.velocity, [0.2, 0.9, 0.1])
+    np.testing.assert_array_equal(arrays.effort, [-2.0, 0.0, -1.0])
+    joints = ('joint1', 'joint2')
+    np.testing.assert_array_equal(
+        messages.reorder_by_name(arrays.names, arrays.position, joints), [1.0, 2.0])
+    stacked = np.stack([arrays.position, arrays.velocity])
+    np.testing.assert_array_equal(messages.reorder_by_name(names, stacked, joints),
+                                  [[1.0, 2.0], [0.1, 0.2]])
+
+
+def test_joint_state_readers_do_not_validate():
+    msg = JointState(name=['a', 'b'], position=[1.0, math.nan])   # no velocity or effort
+    arrays = messages.joint_state_to_arrays(msg)
+    assert arrays.velocity.shape == arrays.effort.shape == (0,)
+    assert math.isnan(arrays.position[1])
+
+
+def test_reorder_by_name_errors_name_the_problem():
+    with pytest.raises(ValueError, match="'joint3'"):
+        messages.reorder_by_name(('joint1', 'joint2'), [1.0, 2.0], ('joint1', 'joint3'))
+    with pytest.raises(ValueError, match='expected 2 values'):
+        messages.reorder_by_name(('joint1', 'joint2'), [1.0], ('joint1',))
+
+
+def test_torque_command_round_trip_and_data_offset():
+    msg = messages.array_to_torque_command([0.5, -1.5])
+    assert isinstance(msg, Float64MultiArray)
+    assert msg.layout.dim[0].label == 'joints' and msg.layout.dim[0].size == 2
+    np.testing.assert_array_equal(messages.torque_command_to_array(msg), [0.5, -1.5])
+    plain = Float64MultiArray(data=[9.0, 1.0, 2.0])                # as ros2_control sends
+    plain.layout.data_offset = 1
+    np.testing.assert_array_equal(messages.torque_command_to_array(plain), [1.0, 2.0])
+
+
+def test_pose_round_trip():
+    quat = np.array([0.0, np.sin(0.2), 0.0, np.cos(0.2)])
+    msg = messages.arrays_to_pose(7.5, [0.1, -0.2, 0.3], quat, frame_id='mocap')
+    pose = messages.pose_to_arrays(msg)
+    assert pose.t == 7.5 and pose.frame_id == 'mocap'
+    np.testing.assert_array_equal(pose.position, [0.1, -0.2, 0.3])
+    np.testing.assert_array_equal(pose.orientation, quat)
+    with pytest.raises(ValueError, match='3 position and 4 quaternion'):
+        messages.arrays_to_pose(0.0, [0.0, 0.0], quat)
