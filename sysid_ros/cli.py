@@ -340,8 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--data', required=True, nargs='+', metavar='PATH',
                    help='trajectories (.npz or .csv; see sysid_ros.io.trajectory)')
     p.add_argument('--out', required=True, metavar='DIR', help='output folder')
-    p.add_argument('--method', choices=('nea', 'diffnea'),
-                   help='estimator (default: estimator.method of the config)')
+    from sysid_ros.io.config import METHODS
+    p.add_argument('--method', choices=METHODS,
+                   help='estimator (default: estimator.method of the config); csvgd, svgd, '
+                   'sgld, nuts, emcee and cem write their posterior particles')
     p.add_argument('--iterations', type=_positive_int, metavar='K',
                    help='optimiser steps (default: estimator.iterations)')
     p.set_defaults(func=_cmd_fit)

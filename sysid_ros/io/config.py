@@ -39,6 +39,9 @@ __all__ = [
     'ACTUATORS',
     'INTEGRATORS',
     'METHODS',
+    'POINT_METHODS',
+    'BAYESIAN_METHODS',
+    'LIKELIHOODS',
     'LOSSES',
     'ConfigError',
     'ModelConfig',
@@ -56,7 +59,10 @@ __all__ = [
 ACTUATORS = ('ideal', 'viscous', 'coulomb_viscous', 'stribeck', 'nn_friction', 'nn_residual',
              'ff_nn')
 INTEGRATORS = ('semi_implicit_euler', 'rk4')
-METHODS = ('csvgd', 'svgd', 'sgld', 'nuts', 'emcee', 'cem', 'diffnea', 'nea')
+BAYESIAN_METHODS = ('csvgd', 'svgd', 'sgld', 'nuts', 'emcee', 'cem')
+POINT_METHODS = ('diffnea', 'nea')
+METHODS = BAYESIAN_METHODS + POINT_METHODS
+LIKELIHOODS = ('product', 'sum')
 LOSSES = ('one_step', 'rollout')
 TORQUE_FROM_JOINT_STATES = 'joint_states.effort'
 
@@ -377,14 +383,21 @@ class EstimatorConfig:
     """`estimator:` the inference method and its settings.
 
     Attributes:
-      method: one of METHODS (point estimators: diffnea, nea; the others are Bayesian).
-      particles: number of particles (a point estimator may run several starts).
+      method: one of METHODS: point estimators (POINT_METHODS: diffnea, nea) or Bayesian ones
+        (BAYESIAN_METHODS: csvgd, svgd, sgld, nuts, emcee, cem; see `io.bayes`).
+      particles: number of particles: restarts of a point estimator; particles, chains,
+        walkers or population size of a Bayesian one.
       iterations: optimiser / sampler steps.
-      shooting_windows: trajectory segments of multiple shooting (1: single shooting).
-      learning_rate: optimiser step size (in unconstrained coordinates).
+      shooting_windows: windows per trajectory piece of the Bayesian methods' multiple-shooting
+        likelihood (1: single shooting); each window must span at least 2 steps.
+      learning_rate: step size: Adam's (in unconstrained coordinates) for diffnea, csvgd and
+        svgd; for sgld the drift of the first Langevin step (see `io.bayes`).
       seed: PRNG seed.
       loss: `one_step` (next-state prediction) or `rollout` (simulate `rollout_horizon` steps).
       rollout_horizon: steps simulated per window in the `rollout` loss [steps].
+      likelihood: how the Bayesian methods combine the trajectories (pieces) of the data:
+        `product` (independent experiments with one parameter vector: log-likelihoods add)
+        or `sum` (an equally weighted mixture: each may come from other parameters).
     """
 
     method: str = _opt('diffnea', 'str', choices=METHODS)
@@ -395,6 +408,7 @@ class EstimatorConfig:
     seed: int = _opt(0, 'int')
     loss: str = _opt('rollout', 'str', choices=LOSSES)
     rollout_horizon: int = _opt(50, 'int', unit='steps', ge=1)
+    likelihood: str = _opt('product', 'str', choices=LIKELIHOODS)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], path: str | None = None) -> 'EstimatorConfig':

@@ -8,8 +8,10 @@
     identify from `parameters` (`core.parameters.make_parameter_spec`).
   * `prepare_trajectories(problem, trajectories)`: load files, order joints by name,
     resample to `data.rate`.
-  * `fit(config, trajectories)`: run NEA or DiffNEA and return a `FitResult` (particles,
-    mean, std, loss history, wall time, diagnostics).
+  * `fit(config, trajectories)`: run an estimator and return a `FitResult` (particles,
+    mean, std, loss history, wall time, diagnostics): NEA or DiffNEA here, the Bayesian
+    methods (CSVGD, SVGD, SGLD, NUTS, Emcee, CEM) through `io.bayes`. Every method runs
+    in `run_steps`, the one loop with progress reports and Ctrl-C handling.
   * `simulate(problem, ...)`: synthetic data from the nominal model under a smooth random
     excitation, for demos and tests; `prediction_error` scores parameters on held-out data.
 
@@ -21,8 +23,9 @@ matched to it by joint name, so the order of `model.joints` does not matter.
 DiffNEA here uses the loss `estimator.loss` (one-step or rollout) on all segments of
 `estimator.rollout_horizon` steps (full batch, deterministic), Adam with a cosine-decaying
 step size starting at `estimator.learning_rate`, `estimator.iterations` steps and
-`estimator.particles` restarts. `estimator.shooting_windows` belongs to the Bayesian
-multiple-shooting likelihoods and is not used by these point estimators.
+`estimator.particles` restarts. `estimator.shooting_windows` and `estimator.likelihood`
+belong to the Bayesian multiple-shooting likelihoods (`io.bayes`) and are not used by these
+point estimators.
 NEA runs Gauss-Newton least-squares steps (exact after one step for the linear cases) until
 the step is negligible, at most `iterations` (capped at `NEA_MAX_ITERATIONS`) steps.
 """
@@ -35,7 +38,7 @@ import functools
 import hashlib
 import math
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -54,6 +57,9 @@ from sysid_ros.io.trajectory import DataError, Trajectory
 
 __all__ = [
     'FIT_METHODS',
+    'BestSoFar',
+    'StepsResult',
+    'run_steps',
     'NEA_MAX_ITERATIONS',
     'Problem',
     'FitResult',
@@ -66,7 +72,7 @@ __all__ = [
     'nea_samples',
 ]
 
-FIT_METHODS = ('nea', 'diffnea')
+FIT_METHODS = config_io.METHODS
 NEA_MAX_ITERATIONS = 20
 # NEA stops when a Gauss-Newton step is smaller than this (bounds-scaled units).
 NEA_TOLERANCE = 1e-9
@@ -108,17 +114,20 @@ class FitResult:
     """Outcome of `fit`.
 
     Attributes:
-      method: 'nea' or 'diffnea'.
+      method: one of FIT_METHODS.
       names: (M,) parameter names.
-      particles: (P, M) identified parameters, physical units (one row per restart).
+      particles: (P, M) identified parameters, physical units: one row per restart of a
+        point estimator, the posterior sample of a Bayesian method (`io.bayes`).
       initial: (P, M) starting particles.
       lower, upper: (M,) bounds.
-      loss_history: (K,) lowest loss over particles at each step [-].
+      loss_history: (K,) lowest loss over particles at each step [-] (for the Bayesian
+        methods the mean squared noise-normalised residual, see `io.bayes`).
       iterations: steps taken (K).
       final_loss: loss of the returned particles (lowest over particles) [-].
       wall_time: seconds spent in `fit`, compilation included [s].
       consistent: (P,) whether each particle is physically consistent (`spec.is_consistent`).
-      interrupted: True if stopped by Ctrl-C (the best particles so far are returned).
+      interrupted: True if stopped by Ctrl-C: a point estimator returns the best particles
+        so far, a Bayesian method the latest ones.
       info: method-specific diagnostics (plain Python values).
     """
 
@@ -383,6 +392,89 @@ def _segments(problem: Problem, trajs: Sequence[Trajectory], horizon: int) -> lo
 
 
 # ------------------------------------------------------------------------------------------
+# The loop shared by every estimator
+# ------------------------------------------------------------------------------------------
+
+class BestSoFar:
+    """Per particle row, the lowest loss seen so far and the parameters that had it.
+
+    Attributes:
+      theta: (P, M) parameters of each row's best step [physical units].
+      loss: (P,) their loss (inf until a finite loss is seen).
+    """
+
+    def __init__(self, theta):
+        self.theta = np.array(theta, dtype=float)
+        self.loss = np.full(self.theta.shape[0], np.inf)
+
+    def update(self, loss, theta) -> None:
+        """Keep the rows of `theta` (P, M) whose `loss` (P,) beats the row's best (NaN never)."""
+        loss = np.asarray(loss, dtype=float)
+        improved = loss < self.loss
+        self.loss = np.where(improved, loss, self.loss)
+        self.theta[improved] = np.asarray(theta, dtype=float)[improved]
+
+    def overall(self) -> tuple[np.ndarray, float]:
+        """(M,) parameters and loss of the best row."""
+        k = int(np.argmin(self.loss))
+        return self.theta[k].copy(), float(self.loss[k])
+
+
+class StepsResult(NamedTuple):
+    """Outcome of `run_steps`.
+
+    Attributes:
+      state: the estimator state after the last completed step.
+      info: what the last completed step returned (None if no step completed).
+      history: (K,) the loss recorded at each completed step.
+      interrupted: True if Ctrl-C (KeyboardInterrupt) stopped the loop.
+    """
+
+    state: Any
+    info: Any
+    history: np.ndarray
+    interrupted: bool
+
+
+def run_steps(step: Callable, state, iterations: int, record: Callable,
+              progress: Callable | None = None, start: float | None = None,
+              converged: Callable | None = None) -> StepsResult:
+    """Run `iterations` estimator steps with progress reports; Ctrl-C stops them cleanly.
+
+    Args:
+      step: `step(state) -> (state, info)`, e.g. a jitted estimator step with its data bound.
+      state: the initial state.
+      iterations: most steps to take.
+      record: `record(previous_state, state, info) -> loss` after each step: the loss of
+        the history (and any best-so-far bookkeeping, e.g. `BestSoFar.update`).
+      progress: called after each step as `progress(iteration, iterations, loss, elapsed_s)`.
+      start: `time.perf_counter()` at which the elapsed time starts (default: now).
+      converged: `converged(info) -> bool`; True stops the loop early.
+
+    Returns:
+      StepsResult. A KeyboardInterrupt, in a step or in `progress`, ends the loop with the
+      state of the last completed step and `interrupted=True`.
+    """
+    start = time.perf_counter() if start is None else start
+    history: list[float] = []
+    info = None
+    interrupted = False
+    try:
+        for k in range(iterations):
+            new_state, new_info = step(state)
+            history.append(float(record(state, new_state, new_info)))
+            state, info = new_state, new_info
+            if progress is not None:
+                progress(k + 1, iterations, history[-1], time.perf_counter() - start)
+            if converged is not None and converged(info):
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+    return StepsResult(state=state, info=info, history=np.asarray(history, dtype=float),
+                       interrupted=interrupted)
+
+
+# ------------------------------------------------------------------------------------------
 # Fit
 # ------------------------------------------------------------------------------------------
 
@@ -395,19 +487,20 @@ def fit(config: Config | Problem | str, trajectories: Sequence[Trajectory | str]
       config: a Config, a YAML path, or an already built Problem.
       trajectories: Trajectory objects or `.npz`/`.csv` paths.
       progress: called after every step as `progress(iteration, total, loss, elapsed_s)`.
-      method: 'nea' or 'diffnea' (default: `estimator.method`).
+      method: one of FIT_METHODS (default: `estimator.method`); the Bayesian ones run in
+        `io.bayes.fit_posterior` (see there for their data, initial particles and result).
       iterations: steps (default: `estimator.iterations`; NEA stops earlier once converged).
       theta0: initial (M,) or (P, M) physical values (default: `parameters.*.init`, else the
-        nominal model's values).
+        nominal model's values; Bayesian methods: Sobol points in the bounds, see
+        `io.bayes.initial_particles`).
       seed: PRNG seed of extra particles (default: `estimator.seed`).
 
     Returns:
-      FitResult. On Ctrl-C (KeyboardInterrupt) during the steps, the best particles so far are
-      returned with `interrupted=True`.
+      FitResult. On Ctrl-C (KeyboardInterrupt) during the steps, a point estimator returns
+      the best particles so far, a Bayesian method the latest ones, with `interrupted=True`.
 
     Raises:
-      ConfigError, DataError: bad configuration or data; ConfigError for a method that `fit`
-        does not run.
+      ConfigError, DataError: bad configuration or data, before anything is compiled.
     """
     start = time.perf_counter()
     problem = config if isinstance(config, Problem) else build_problem(config)
@@ -427,6 +520,12 @@ def fit(config: Config | Problem | str, trajectories: Sequence[Trajectory | str]
                              f'{spec.num_params}) for {", ".join(spec.names)}; got '
                              f'{theta0.shape}')
     trajs = prepare_trajectories(problem, trajectories)
+    if method in config_io.BAYESIAN_METHODS:
+        # io.bayes builds on this module (Problem, FitResult, run_steps), so it is imported
+        # here rather than at the top.
+        from sysid_ros.io import bayes
+        return bayes.fit_posterior(problem, trajs, method, iterations, progress=progress,
+                                   theta0=theta0, seed=seed, start=start)
     key = jax.random.PRNGKey(cfg.estimator.seed if seed is None else seed)
     project, anchor_fn, consistent_fn = _project(problem)
     info: dict = {}
@@ -443,26 +542,20 @@ def fit(config: Config | Problem | str, trajectories: Sequence[Trajectory | str]
         info['horizon'] = segments.horizon
     state = init(key, theta0)
     initial = np.asarray(state.theta)
-    best_theta = initial.copy()
-    best_loss = np.full(initial.shape[0], np.inf)
-    history: list[float] = []
-    interrupted = False
-    last_info = None
-    try:
-        for k in range(iterations):
-            new_state, step_info = step(state, data)
-            loss = np.asarray(step_info.loss)
-            improved = loss < best_loss
-            best_loss = np.where(improved, loss, best_loss)
-            best_theta[improved] = np.asarray(state.theta)[improved]
-            history.append(float(np.min(loss)))
-            state, last_info = new_state, step_info
-            if progress is not None:
-                progress(k + 1, iterations, history[-1], time.perf_counter() - start)
-            if method == 'nea' and float(np.max(step_info.step_norm)) < NEA_TOLERANCE:
-                break
-    except KeyboardInterrupt:
-        interrupted = True
+    best = BestSoFar(initial)
+
+    def record(previous, new, step_info):
+        """The step's loss is that of the particles before it (`previous.theta`)."""
+        loss = np.asarray(step_info.loss)
+        best.update(loss, previous.theta)
+        return np.min(loss)
+
+    def converged(step_info):
+        return method == 'nea' and float(np.max(step_info.step_norm)) < NEA_TOLERANCE
+
+    steps = run_steps(lambda s: step(s, data), state, iterations, record, progress, start,
+                      converged)
+    state, last_info, history, interrupted = steps
 
     if method == 'nea':
         particles = np.asarray(state.theta)
@@ -475,15 +568,10 @@ def fit(config: Config | Problem | str, trajectories: Sequence[Trajectory | str]
                         num_parameters=spec.num_params)
             info['projected'] = bool(np.any(np.abs(np.asarray(state.z) - particles) > 0.0))
     else:
-        if interrupted:
-            particles, final_loss = best_theta, float(np.min(best_loss))
-        else:
+        if not interrupted:
             _, final_info = step(state, data)      # loss at the final particles
-            loss = np.asarray(final_info.loss)
-            improved = loss < best_loss
-            best_theta[improved] = np.asarray(state.theta)[improved]
-            best_loss = np.where(improved, loss, best_loss)
-            particles, final_loss = best_theta, float(np.min(best_loss))
+            best.update(np.asarray(final_info.loss), state.theta)
+        particles, final_loss = best.theta, float(np.min(best.loss))
         ok = np.asarray(consistent_fn(jnp.asarray(particles)))
         info['projected'] = int(np.sum(~ok))
         if not ok.all():
@@ -494,7 +582,7 @@ def fit(config: Config | Problem | str, trajectories: Sequence[Trajectory | str]
     return FitResult(method=method, names=spec.names, particles=particles, initial=initial,
                      lower=np.asarray(spec.lower_bounds, float),
                      upper=np.asarray(spec.upper_bounds, float),
-                     loss_history=np.asarray(history), iterations=len(history),
+                     loss_history=history, iterations=len(history),
                      final_loss=final_loss, wall_time=time.perf_counter() - start,
                      consistent=consistent, interrupted=interrupted, info=info)
 

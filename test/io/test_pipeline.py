@@ -190,8 +190,8 @@ def test_fit_diffnea_history_and_interrupt():
 
 
 def test_fit_rejects_methods_it_does_not_run(problem, simulated):
-    with pytest.raises(ConfigError, match=r'estimator\.method: .*csvgd'):
-        pipeline.fit(problem, [simulated], method='csvgd')
+    with pytest.raises(ConfigError, match=r"estimator\.method: .*csvgd.*got 'magic'"):
+        pipeline.fit(problem, [simulated], method='magic')
     with pytest.raises(ConfigError, match='iterations'):
         pipeline.fit(problem, [simulated], iterations=0)
     with pytest.raises(ValueError, match=r'theta0: expected shape \(17,\)'):
