@@ -2,8 +2,16 @@
 
 Data: K trajectories of T control steps each, on one time grid of period dt, with measured
 initial states x0 (K, S) (S = 2 nv, x = [q; qd]), commands (K, T, nv) and observations
-(K, T + 1, O) of O of the state dimensions (the observation model: joint positions and/or
-velocities, `ShootingLikelihood.observed`).
+(K, T + 1, O). The observation model y = h(params, x) is one of
+
+  * state dimensions (default): O of the state dimensions, joint positions and/or velocities
+    (`ShootingLikelihood.observed`);
+  * motion capture (`ShootingLikelihood.mocap`, seed 000 §2.5): for each of F tracked body
+    frames the world positions of its origin and of its three axis tips 1 m out, O = 12 F
+    (`observations.mocap_points`, through forward kinematics of the predicted q). No state
+    dimension is observed directly.
+
+h is applied to every predicted sample of every trajectory (vmapped).
 
 Multiple shooting (seed 000 §2.3; Bock & Plitt 1984). Each trajectory is cut into W windows
 of H = T / W steps. Window 0 starts at the measured x0, window w >= 1 at a free shooting
@@ -30,6 +38,12 @@ s = state_mean + state_scale * s_hat, with the mean and standard deviation of ea
 state dimension (the seed writes w_i / sigma_i^2; dividing by the standard deviation is what
 makes the dimensions unitless and comparable, so that is what is done here); residuals are
 normalised by the noise standard deviations.
+
+Initial shooting states (`initial_shooting_states`): the measured data at the start of each
+window. With the state-dimension model, the observation where a dimension is observed and the
+state mean elsewhere. With motion capture no state dimension is observed, so they are taken
+from the measured states passed to `make_trajectory_data` (kept in `TrajectoryData.states`:
+joint encoders, with the angles of unactuated joints reconstructed from the tracked frames).
 """
 
 from __future__ import annotations
@@ -41,7 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core import actuators, integrators, losses
+from sysid_ros.core import actuators, integrators, losses, observations
 from sysid_ros.core.types import Params, RobotModel
 
 __all__ = [
@@ -54,6 +68,7 @@ __all__ = [
     'initial_shooting_states',
     'simulate_windows',
     'predicted_trajectories',
+    'observe',
     'log_likelihood',
 ]
 
@@ -66,11 +81,14 @@ class TrajectoryData(NamedTuple):
     Attributes:
       x0: (K, S) measured initial state [q; qd] of each trajectory (start of window 0).
       controls: (K, T, nv) commanded joint torques/forces [N m, N], held for dt each.
-      observations: (K, T + 1, O) measured observed state dimensions, x0's first.
+      observations: (K, T + 1, O) measured observations (observed state dimensions [rad,
+        m, rad/s, m/s] or motion-capture points [m]), the one at x0 first.
       noise_std: (O,) observation noise standard deviation of each observed dimension.
       state_mean: (S,) mean of each state dimension (normalisation of shooting states).
       state_scale: (S,) spread of each state dimension (normalisation of shooting states and
         defects).
+      states: (K, T + 1, S) measured states, or None. Set by `make_trajectory_data`; the
+        motion-capture model starts its shooting states on them (`initial_shooting_states`).
     """
 
     x0: jax.Array
@@ -79,6 +97,7 @@ class TrajectoryData(NamedTuple):
     noise_std: jax.Array
     state_mean: jax.Array
     state_scale: jax.Array
+    states: jax.Array | None = None
 
     @property
     def num_trajectories(self) -> int:
@@ -112,8 +131,11 @@ class ShootingLikelihood:
       dt: control period [s].
       num_windows: W, shooting windows per trajectory (1: single shooting).
       combine: 'sum' (mixture over trajectories) or 'product' (independent trajectories).
-      observed: indices of the observed state dimensions in [q; qd] (default: all).
+      observed: indices of the observed state dimensions in [q; qd] (default: all); unused
+        when `mocap` is set.
       integrator, actuator, substeps: simulator settings, see `integrators.rollout`.
+      mocap: tracked frames of the motion-capture observation model (`observations`), or ()
+        for the state-dimension model.
     """
 
     model: RobotModel
@@ -124,6 +146,7 @@ class ShootingLikelihood:
     integrator: object = 'semi_implicit_euler'
     actuator: object = 'viscous'
     substeps: int = 1
+    mocap: tuple[observations.MocapFrame, ...] = ()
 
     @property
     def state_dim(self) -> int:
@@ -131,7 +154,28 @@ class ShootingLikelihood:
 
     @property
     def observed_dims(self) -> tuple[int, ...]:
+        """Observed state dimensions of the state-dimension model (all of them by default)."""
         return self.observed or tuple(range(self.state_dim))
+
+    @property
+    def observation_dim(self) -> int:
+        """O, the size of one observation: 12 per tracked frame, else the observed dims."""
+        if self.mocap:
+            return sum(frame.dim for frame in self.mocap)
+        return len(self.observed_dims)
+
+    def observation_scale(self, data: TrajectoryData) -> jax.Array:
+        """(O,) typical spread of each observation dimension over the data.
+
+        The state scale of the observed dimensions for the state-dimension model; for motion
+        capture the standard deviation of each measured coordinate over all samples, floored
+        at its noise standard deviation. `csvgd` weights its constraint terms with it.
+        """
+        if not self.mocap:
+            return data.state_scale[np.asarray(self.observed_dims)]
+        o = data.observations.shape[-1]
+        spread = jnp.std(data.observations.reshape(-1, o), axis=0)
+        return jnp.maximum(spread, data.noise_std)
 
     def window_length(self, num_steps: int) -> int:
         """H = T / W (checked by `make_trajectory_data` / `check_data`)."""
@@ -155,10 +199,22 @@ class ShootingLikelihood:
         if data.x0.shape != (k, self.state_dim):
             raise ValueError(f'likelihood: x0: expected shape {(k, self.state_dim)}, got '
                              f'{tuple(data.x0.shape)}')
-        obs = len(self.observed_dims)
+        obs = self.observation_dim
+        what = '12 per tracked frame' if self.mocap else 'observed dims'
         if data.observations.shape != (k, t + 1, obs):
             raise ValueError(f'likelihood: observations: expected shape {(k, t + 1, obs)} '
-                             f'(K, T + 1, observed dims), got {tuple(data.observations.shape)}')
+                             f'(K, T + 1, {what}), got {tuple(data.observations.shape)}')
+        if data.noise_std.shape != (obs,):
+            raise ValueError(f'likelihood: noise_std: expected shape {(obs,)}, got '
+                             f'{tuple(data.noise_std.shape)}')
+        if self.mocap and data.states is None and self.num_windows > 1:
+            raise ValueError('likelihood: a motion-capture likelihood with several shooting '
+                             'windows needs the measured states (TrajectoryData.states) to '
+                             'start its shooting states on; build the data with '
+                             'make_trajectory_data')
+        if data.states is not None and data.states.shape != (k, t + 1, self.state_dim):
+            raise ValueError(f'likelihood: states: expected shape {(k, t + 1, self.state_dim)}'
+                             f', got {tuple(data.states.shape)}')
         if t % self.num_windows:
             raise ValueError(f'likelihood: num_windows={self.num_windows} does not divide the '
                              f'{t} steps of each trajectory; choose a divisor of {t}')
@@ -167,12 +223,24 @@ class ShootingLikelihood:
 def make_shooting_likelihood(model: RobotModel, dt: float, num_windows: int = 1,
                              combine: str = 'sum', observed: Sequence[int] | None = None,
                              integrator='semi_implicit_euler', actuator='viscous',
-                             substeps: int = 1) -> ShootingLikelihood:
+                             substeps: int = 1, mocap=None) -> ShootingLikelihood:
     """Build and validate a `ShootingLikelihood` (see the module doc).
+
+    Args:
+      model: static tree.
+      dt: control period [s].
+      num_windows: W shooting windows per trajectory.
+      combine: 'sum' or 'product' over trajectories.
+      observed: observed state dimensions of the state-dimension model (default: all).
+      integrator, actuator, substeps: simulator settings, see `integrators.rollout`.
+      mocap: tracked frames for the motion-capture model instead (link names, body indices,
+        `observations.MocapFrame`s or (body, offset (6,)) pairs; see
+        `observations.make_mocap_frames`), or None.
 
     Raises:
       ValueError: unknown combine, integrator or actuator; dt <= 0; num_windows < 1;
-        substeps < 1; observed indices outside [0, 2 nv) or repeated.
+        substeps < 1; observed indices outside [0, 2 nv) or repeated; an invalid tracked
+        frame; both observed and mocap given.
     """
     if combine not in COMBINE:
         raise ValueError(f'likelihood: combine: expected one of {" | ".join(COMBINE)}, '
@@ -190,9 +258,15 @@ def make_shooting_likelihood(model: RobotModel, dt: float, num_windows: int = 1,
     if any(not 0 <= i < state_dim for i in observed) or len(set(observed)) != len(observed):
         raise ValueError(f'likelihood: observed: expected distinct indices in [0, {state_dim}),'
                          f' got {observed}')
+    frames = ()
+    if mocap is not None:
+        if observed:
+            raise ValueError('likelihood: give either observed (state dimensions) or mocap '
+                             '(tracked frames), not both')
+        frames = observations.make_mocap_frames(model, mocap)
     return ShootingLikelihood(model=model, dt=float(dt), num_windows=int(num_windows),
                               combine=combine, observed=observed, integrator=integrator,
-                              actuator=actuator, substeps=int(substeps))
+                              actuator=actuator, substeps=int(substeps), mocap=frames)
 
 
 def make_trajectory_data(likelihood: ShootingLikelihood, states, controls, noise_std,
@@ -200,20 +274,23 @@ def make_trajectory_data(likelihood: ShootingLikelihood, states, controls, noise
     """Stack and validate measured trajectories (NumPy, on the host, before any compilation).
 
     Args:
-      likelihood: the settings the data is for (model size, observed dimensions, windows).
+      likelihood: the settings the data is for (model size, observation model, windows).
       states: (K, T + 1, S) measured states [q; qd] or a sequence of K such (T + 1, S)
-        arrays; x0 is the first sample, the normalisation the mean/std over all samples.
+        arrays; x0 is the first sample, the normalisation the mean/std over all samples. A
+        motion-capture likelihood also starts its shooting states on them.
       controls: (K, T, nv) commands, or a sequence of (T, nv) arrays.
-      noise_std: scalar or (O,) observation noise standard deviation per observed dimension.
-      observations: (K, T + 1, O) observations, or None to take `states[..., observed]`.
+      noise_std: scalar or (O,) observation noise standard deviation per observation
+        dimension (for motion capture [m], 12 per tracked frame).
+      observations: (K, T + 1, O) observations (or a sequence of (T + 1, O) arrays), or None
+        to take `states[..., observed]`; required for motion capture (O = 12 F points [m]).
 
     Returns:
       TrajectoryData.
 
     Raises:
       ValueError: naming the problem: no trajectory, trajectories of unequal length or
-        dimension, NaN/inf in the data, noise_std <= 0, or a window count that does not
-        divide T.
+        dimension, NaN/inf in the data, noise_std <= 0, a window count that does not
+        divide T, or no observations for a motion-capture likelihood.
     """
     def stack(arrays, what):
         if isinstance(arrays, np.ndarray) or hasattr(arrays, 'shape'):
@@ -244,18 +321,30 @@ def make_trajectory_data(likelihood: ShootingLikelihood, states, controls, noise
     if t1 < 2:
         raise ValueError('trajectory data: need at least one control step per trajectory')
     dims = list(likelihood.observed_dims)
-    observations = (states[..., dims] if observations is None
-                    else stack(observations, 'observations'))
-    if observations.shape != (k, t1, len(dims)):
-        raise ValueError(f'trajectory data: observations: expected {(k, t1, len(dims))}, got '
-                         f'{observations.shape}')
+    num_obs = likelihood.observation_dim
+    if observations is None:
+        if likelihood.mocap:
+            raise ValueError(f'trajectory data: observations: a motion-capture likelihood '
+                             f'needs the measured points (K, T + 1, {num_obs}); got None')
+        observations = states[..., dims]
+    else:
+        observations = stack(observations, 'observations')
+    if observations.shape != (k, t1, num_obs):
+        what = ' (12 per tracked frame)' if likelihood.mocap else ''
+        raise ValueError(f'trajectory data: observations: expected {(k, t1, num_obs)}{what}, '
+                         f'got {observations.shape}')
     for name, array in (('states', states), ('controls', controls),
                         ('observations', observations)):
         if not np.all(np.isfinite(array)):
             bad = np.argwhere(~np.isfinite(array))[0]
             raise ValueError(f'trajectory data: {name} holds NaN or inf (first at index '
                              f'{tuple(int(i) for i in bad)})')
-    noise = np.broadcast_to(np.asarray(noise_std, dtype=float), (len(dims),)).copy()
+    try:
+        noise = np.broadcast_to(np.asarray(noise_std, dtype=float), (num_obs,)).copy()
+    except ValueError:
+        raise ValueError(f'trajectory data: noise_std: expected a number or {num_obs} numbers '
+                         f'(one per observation dimension), got shape '
+                         f'{np.shape(noise_std)}') from None
     if not np.all(np.isfinite(noise) & (noise > 0.0)):
         raise ValueError(f'trajectory data: noise_std: expected > 0 per observed dimension, '
                          f'got {noise}')
@@ -267,17 +356,26 @@ def make_trajectory_data(likelihood: ShootingLikelihood, states, controls, noise
     scale = losses.floored_state_scale(flat.std(axis=0), model.nv)
     return TrajectoryData(x0=jnp.asarray(states[:, 0]), controls=jnp.asarray(controls),
                           observations=jnp.asarray(observations), noise_std=jnp.asarray(noise),
-                          state_mean=jnp.asarray(mean), state_scale=jnp.asarray(scale))
+                          state_mean=jnp.asarray(mean), state_scale=jnp.asarray(scale),
+                          states=jnp.asarray(states))
 
 
 def initial_shooting_states(likelihood: ShootingLikelihood, data: TrajectoryData) -> jax.Array:
-    """(K, W - 1, S) shooting states at the measured data: the observation at the start of
-    each window where the dimension is observed, the state mean elsewhere."""
+    """(K, W - 1, S) shooting states at the measured data.
+
+    State-dimension model: the observation at the start of each window where the dimension is
+    observed, the state mean elsewhere. Motion capture (no state dimension observed): the
+    measured states `data.states` at the start of each window, or the state mean where the
+    data carries none.
+    """
     k, w1, s = likelihood.shooting_shape(data)
     h = likelihood.window_length(data.num_steps)
-    starts = data.observations[:, h * np.arange(1, w1 + 1)]              # (K, W - 1, O)
-    states = jnp.broadcast_to(data.state_mean, (k, w1, s))
-    return states.at[..., np.asarray(likelihood.observed_dims, dtype=int)].set(starts)
+    index = h * np.arange(1, w1 + 1)
+    mean = jnp.broadcast_to(data.state_mean, (k, w1, s))
+    if likelihood.mocap:
+        return mean if data.states is None else data.states[:, index]
+    starts = data.observations[:, index]                                 # (K, W - 1, O)
+    return mean.at[..., np.asarray(likelihood.observed_dims, dtype=int)].set(starts)
 
 
 def simulate_windows(likelihood: ShootingLikelihood, params: Params, x0: jax.Array,
@@ -316,6 +414,23 @@ def predicted_trajectories(windows: jax.Array) -> jax.Array:
     return jnp.concatenate([body, windows[:, -1, -1:]], axis=1)
 
 
+def observe(likelihood: ShootingLikelihood, params: Params, states: jax.Array) -> jax.Array:
+    """The observation model applied to states.
+
+    Args:
+      likelihood: settings (observation model).
+      params: physical parameters (forward kinematics of the motion-capture model).
+      states: (..., S) states [q; qd].
+
+    Returns:
+      (..., O) observations: the observed state dimensions, or the motion-capture points
+      [m] of every tracked frame (`observations.mocap_trajectory`).
+    """
+    if likelihood.mocap:
+        return observations.mocap_trajectory(likelihood.model, params, states, likelihood.mocap)
+    return states[..., np.asarray(likelihood.observed_dims)]
+
+
 def log_likelihood(likelihood: ShootingLikelihood, params: Params, shooting: jax.Array,
                    data: TrajectoryData) -> LikelihoodTerms:
     """Multiple-shooting log-likelihood of the trajectory set for one parameter vector.
@@ -331,7 +446,7 @@ def log_likelihood(likelihood: ShootingLikelihood, params: Params, shooting: jax
       simulation diverged.
     """
     windows = simulate_windows(likelihood, params, data.x0, shooting, data.controls)
-    predicted = predicted_trajectories(windows)[..., np.asarray(likelihood.observed_dims)]
+    predicted = observe(likelihood, params, predicted_trajectories(windows))
     residual = (predicted - data.observations) / data.noise_std
     num_samples = data.observations.shape[1]
     log_norm = num_samples * jnp.sum(jnp.log(jnp.sqrt(2.0 * jnp.pi) * data.noise_std))

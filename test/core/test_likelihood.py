@@ -102,3 +102,18 @@ def test_bad_settings_are_rejected():
         _setting(num_windows=0)
     with pytest.raises(ValueError, match='observed'):
         _setting(observed=(0, 4))
+
+
+def test_default_setting_has_no_mocap_and_observes_state_dimensions():
+    """The observation-model extension leaves the state-dimension path as it was: the default
+    setting tracks no frame, observes the listed state dimensions, and weighs csvgd's
+    constraints with their state scale."""
+    setting = _setting(observed=(0, 3))
+    assert setting.mocap == () and setting.observation_dim == 2
+    data = _data(setting, noise=0.05)
+    np.testing.assert_array_equal(setting.observation_scale(data),
+                                  np.asarray(data.state_scale)[[0, 3]])
+    np.testing.assert_array_equal(data.states[..., [0, 3]], data.observations)
+    states = jnp.asarray(np.asarray(data.states)[0])
+    np.testing.assert_array_equal(lk.observe(setting, None, states),
+                                  np.asarray(states)[:, [0, 3]])
