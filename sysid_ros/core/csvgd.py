@@ -234,20 +234,25 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
 
     def scores(x, multipliers, damping, weight, data):
         """Per particle: the score of log p and the gradient of the constraint terms
-        w (lambda . c + mu / 2 |c|^2), from one forward pass and two backward passes."""
+        w (lambda . c + mu / 2 |c|^2), from one forward and one (batched) backward pass."""
         (log_prob, defects), pullback, log_lik = jax.vjp(
             lambda v: log_density(v, data), x, has_aux=True)
-        (score,) = pullback((jnp.ones_like(log_prob), jnp.zeros_like(defects)))
-        (constraint,) = pullback((jnp.zeros_like(log_prob),
-                                  weight * (multipliers + damping * defects)))
-        return log_prob, log_lik, defects, score, constraint
+        # Both cotangents through one vmapped backward pass: the checkpointed simulation is
+        # recomputed once instead of twice (~20 % of a step on the 11-parameter pendulum).
+        cotangents = (jnp.stack([jnp.ones_like(log_prob), jnp.zeros_like(log_prob)]),
+                      jnp.stack([jnp.zeros_like(defects),
+                                 weight * (multipliers + damping * defects)]))
+        (both,) = jax.vmap(pullback)(cotangents)
+        return log_prob, log_lik, defects, both[0], both[1]
 
     batched_scores = jax.vmap(scores, in_axes=(0, 0, None, None, None))
 
     def constraint_weight(data):
-        """w = H mean_o (state_scale_o / noise_std_o)^2 (see the module doc)."""
+        """w = H mean_o (state_scale_o / noise_std_o)^2 (see the module doc); for motion
+        capture the spread of each measured coordinate takes the place of state_scale_o
+        (`ShootingLikelihood.observation_scale`)."""
         h = likelihood.window_length(data.num_steps)
-        scale = data.state_scale[np.asarray(likelihood.observed_dims)]
+        scale = likelihood.observation_scale(data)
         return h * jnp.mean(jnp.square(scale / data.noise_std))
 
     def kernel_mask(dim):
