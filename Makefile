@@ -4,7 +4,7 @@
 #   make test        fast tests (what CI runs, through .ci/run)
 #   make test-slow   the experiments marked @pytest.mark.slow
 #   make demo        offline identification demo (`sysid demo`)
-#   make bench       every script in bench/
+#   make bench       every script in bench/ (BENCH_ARGS=--quick for the short variants)
 #   make colcon      colcon build of this package into $(COLCON_DIR)
 
 SHELL := /bin/bash
@@ -51,12 +51,13 @@ test-slow: .venv
 demo: .venv
 	$(VENV)/bin/sysid demo
 
-BENCH_SCRIPTS := $(sort $(filter-out bench/_%,$(wildcard bench/*.py)))
+# bench/experiment_*.py are the experiments that bench/inference.py imports and runs.
+BENCH_SCRIPTS := $(sort $(filter-out bench/_% bench/experiment_%,$(wildcard bench/*.py)))
 
 bench: .venv
 	@test -n "$(BENCH_SCRIPTS)" || echo "no benchmark scripts in bench/ yet"
 	@set -e; for script in $(BENCH_SCRIPTS); do \
-	    echo "== $$script"; $(PY) $$script; \
+	    echo "== $$script"; $(PY) $$script $(BENCH_ARGS); \
 	done
 
 # Builds as a ROS 2 workspace would (colcon-ros finds package.xml: ament_python), outside the
