@@ -1,15 +1,21 @@
-"""Every launch file compiles, defines `generate_launch_description` and, with ROS 2, loads."""
+"""Every launch file compiles, names only what exists, and, with ROS 2, loads."""
 
 import ast
 import importlib.util
 import pathlib
 import py_compile
+from xml.etree import ElementTree
 
 import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 LAUNCH_FILES = sorted((REPO_ROOT / 'launch').glob('*.launch.py'))
-EXPECTED_ARGUMENTS = {'sysid_fit.launch.py': {'config', 'data', 'out'}}
+EXPECTED_ARGUMENTS = {
+    'sysid_fit.launch.py': {'config', 'data', 'out'},
+    'sysid.launch.py': {'config', 'namespace', 'use_sim_time'},
+    'demo.launch.py': {'config'},
+    'replay.launch.py': {'bag', 'config'},
+}
 
 
 def _ids(paths):
@@ -47,3 +53,86 @@ def test_launch_file_builds_description(path):
     assert isinstance(description, LaunchDescription)
     declared = {argument.name for argument in description.get_launch_arguments()}
     assert EXPECTED_ARGUMENTS.get(path.name, set()) <= declared
+
+
+# Without launch_ros (no pip wheel), the files are checked statically: every package, executable,
+# configuration file and `sysid` option they name must exist.
+
+def _launch_tree(path):
+    return ast.parse(path.read_text())
+
+
+def _constants(call):
+    return [arg.value for arg in call.args if isinstance(arg, ast.Constant)]
+
+
+def _calls(tree, name):
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call) and (
+        getattr(node.func, 'id', None) == name or getattr(node.func, 'attr', None) == name)]
+
+
+def _package_name():
+    return ElementTree.parse(REPO_ROOT / 'package.xml').getroot().findtext('name')
+
+
+def _console_scripts():
+    tree = ast.parse((REPO_ROOT / 'setup.py').read_text())
+    scripts = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and ' = ' in node.value:
+            name, target = (part.strip() for part in node.value.split('=', 1))
+            scripts[name] = target
+    return scripts
+
+
+def _named_executables(tree):
+    """Executables of Node(executable=...) and of os.path.join(prefix, 'lib', PACKAGE, NAME)."""
+    names = [keyword.value.value for call in _calls(tree, 'Node') for keyword in call.keywords
+             if keyword.arg == 'executable' and isinstance(keyword.value, ast.Constant)]
+    for call in _calls(tree, 'join'):
+        constants = _constants(call)
+        if 'lib' in constants:
+            names.append(constants[-1])
+    return names
+
+
+def _named_configs(tree):
+    return [_constants(call)[-1] for call in _calls(tree, 'join') if 'config' in _constants(call)]
+
+
+@pytest.mark.parametrize('path', LAUNCH_FILES, ids=_ids(LAUNCH_FILES))
+def test_launch_file_names_only_what_exists(path):
+    tree = _launch_tree(path)
+    package = _package_name()
+    packages = {node.value.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                and any(getattr(t, 'id', None) == 'PACKAGE' for t in node.targets)}
+    assert packages == {package}, f'{path.name}: PACKAGE must be {package!r}, got {packages}'
+    scripts = _console_scripts()
+    executables = _named_executables(tree)
+    assert executables, f'{path.name} starts no executable'
+    for executable in executables:
+        assert executable in scripts, f'{path.name}: no console script {executable!r} in setup.py'
+        module, _, function = scripts[executable].partition(':')
+        spec = importlib.util.find_spec(module)
+        assert spec is not None, f'{path.name}: {executable!r} -> missing module {module}'
+        assert f'def {function}(' in pathlib.Path(spec.origin).read_text()
+    for config in _named_configs(tree):
+        assert (REPO_ROOT / 'config' / config).is_file(), f'{path.name}: no config/{config}'
+
+
+@pytest.mark.parametrize('path', LAUNCH_FILES, ids=_ids(LAUNCH_FILES))
+def test_launch_file_declares_its_arguments(path):
+    declared = {_constants(call)[0] for call in _calls(_launch_tree(path), 'DeclareLaunchArgument')}
+    assert EXPECTED_ARGUMENTS[path.name] <= declared
+    used = {_constants(call)[0] for call in _calls(_launch_tree(path), 'LaunchConfiguration')}
+    assert used <= declared, f'{path.name}: undeclared arguments {used - declared}'
+
+
+def test_fit_launch_passes_options_the_cli_accepts():
+    from sysid_ros import cli
+    fit = cli.build_parser()._subparsers._group_actions[0].choices['fit']
+    options = {option for action in fit._actions for option in action.option_strings}
+    tree = _launch_tree(REPO_ROOT / 'launch' / 'sysid_fit.launch.py')
+    passed = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+              and isinstance(node.value, str) and node.value.startswith('--')}
+    assert passed and passed <= options, f'unknown `sysid fit` options: {passed - options}'

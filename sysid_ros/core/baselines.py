@@ -93,6 +93,21 @@ def _check_positions(method: str, positions, num: int | None, what: str) -> np.n
     return positions
 
 
+def _place_chains(mesh, num_chains: int, positions: np.ndarray, key, *settings):
+    """Shards the (C, D) chain positions over `mesh` and replicates beside them the key, each
+    setting (cast to the positions' dtype) and an int32 zero iteration counter.
+
+    Returns (positions, key, *settings, counter).
+    """
+    x = jnp.asarray(positions)
+    active_mesh = svgd.resolve_mesh(mesh, num_chains)
+    x = svgd.shard_particles(x, active_mesh, num_chains)
+    replicated = svgd.replicate(
+        (key, *(jnp.asarray(value, x.dtype) for value in settings), jnp.zeros((), jnp.int32)),
+        active_mesh)
+    return (x, *replicated)
+
+
 def _check_count(method: str, name: str, value, minimum: int = 1) -> int:
     if isinstance(value, bool) or int(value) != value or value < minimum:
         raise ValueError(f'{method}: {name}: expected int >= {minimum}, got {value!r}')
@@ -184,12 +199,9 @@ def make_sgld(log_prob_fn: Callable, step_size, num_chains: int, *, temperature=
         return gradient
 
     def init(key, positions) -> SGLDState:
-        x = jnp.asarray(_check_positions('sgld', positions, num_chains, 'C chains'))
-        active_mesh = svgd.resolve_mesh(mesh, num_chains)
-        x = svgd.shard_particles(x, active_mesh, num_chains)
-        key, step, temp, counter = svgd.replicate(
-            (key, jnp.asarray(step_size, x.dtype), jnp.asarray(temperature, x.dtype),
-             jnp.zeros((), jnp.int32)), active_mesh)
+        x = _check_positions('sgld', positions, num_chains, 'C chains')
+        x, key, step, temp, counter = _place_chains(
+            mesh, num_chains, x, key, step_size, temperature)
         return SGLDState(particles=x, key=key, step_size=step, temperature=temp,
                          iteration=counter, num_reseeded=counter)
 
@@ -338,12 +350,7 @@ def make_nuts(log_prob_fn: Callable, step_size, inverse_mass_matrix, num_chains:
         if imm.shape[0] != x.shape[1]:
             raise ValueError(f'nuts: inverse_mass_matrix {imm.shape} does not fit positions '
                              f'of dimension {x.shape[1]}')
-        x = jnp.asarray(x)
-        active_mesh = svgd.resolve_mesh(mesh, num_chains)
-        x = svgd.shard_particles(x, active_mesh, num_chains)
-        key, step, matrix, counter = svgd.replicate(
-            (key, jnp.asarray(step_size, x.dtype), jnp.asarray(imm, x.dtype),
-             jnp.zeros((), jnp.int32)), active_mesh)
+        x, key, step, matrix, counter = _place_chains(mesh, num_chains, x, key, step_size, imm)
         return NUTSState(particles=x, key=key, step_size=step, inverse_mass_matrix=matrix,
                          iteration=counter, num_reseeded=counter)
 
