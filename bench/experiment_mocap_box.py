@@ -109,6 +109,29 @@ WEIGHT_NAMES = ('weight1.x', 'weight1.y', 'weight2.x', 'weight2.y')
 BOX = 'box'
 
 
+def _revolute_body(joint: str, parent: str, child: str, joint_z: float, axis: str,
+                   damping: float, mass: float, com, inertia_diagonal) -> str:
+    """URDF text of one revolute joint [m, rad] and its child link (diagonal inertia about the
+    centre of mass `com` [kg m^2])."""
+    ixx, iyy, izz = inertia_diagonal
+    return f'''
+  <joint name="{joint}" type="revolute">
+    <origin rpy="0 0 0" xyz="0 0 {joint_z}"/>
+    <parent link="{parent}"/>
+    <child link="{child}"/>
+    <axis xyz="{axis}"/>
+    <limit effort="0" lower="-1.5" upper="1.5" velocity="10"/>
+    <dynamics damping="{damping}"/>
+  </joint>
+  <link name="{child}">
+    <inertial>
+      <origin rpy="0 0 0" xyz="{com[0]} {com[1]} {com[2]}"/>
+      <mass value="{mass}"/>
+      <inertia ixx="{ixx}" ixy="0" ixz="0" iyy="{iyy}" iyz="0" izz="{izz}"/>
+    </inertial>
+  </link>'''
+
+
 def box_urdf() -> str:
     """The Panda URDF text of example-robot-data with the universal joint and the box
     appended (masses of the box only; the weights are added by `params_fn`)."""
@@ -117,43 +140,14 @@ def box_urdf() -> str:
     with open(path) as f:
         text = f.read()
     sx, sy, sz = BOX_SIZE
-    ixx, iyy, izz = (BOX_MASS / 12.0 * (sy ** 2 + sz ** 2), BOX_MASS / 12.0 * (sx ** 2 + sz ** 2),
-                     BOX_MASS / 12.0 * (sx ** 2 + sy ** 2))
-    small = 1e-4
-    extra = f'''
-  <joint name="ujoint_x" type="revolute">
-    <origin rpy="0 0 0" xyz="0 0 {UJOINT_OFFSET}"/>
-    <parent link="panda_hand"/>
-    <child link="ujoint_cross"/>
-    <axis xyz="1 0 0"/>
-    <limit effort="0" lower="-1.5" upper="1.5" velocity="10"/>
-    <dynamics damping="{UJOINT_DAMPING[0]}"/>
-  </joint>
-  <link name="ujoint_cross">
-    <inertial>
-      <origin rpy="0 0 0" xyz="0 0 0"/>
-      <mass value="{UJOINT_LINK_MASS}"/>
-      <inertia ixx="{small}" ixy="0" ixz="0" iyy="{small}" iyz="0" izz="{small}"/>
-    </inertial>
-  </link>
-  <joint name="ujoint_y" type="revolute">
-    <origin rpy="0 0 0" xyz="0 0 0"/>
-    <parent link="ujoint_cross"/>
-    <child link="{BOX}"/>
-    <axis xyz="0 1 0"/>
-    <limit effort="0" lower="-1.5" upper="1.5" velocity="10"/>
-    <dynamics damping="{UJOINT_DAMPING[1]}"/>
-  </joint>
-  <link name="{BOX}">
-    <inertial>
-      <origin rpy="0 0 0" xyz="{BOX_COM[0]} {BOX_COM[1]} {BOX_COM[2]}"/>
-      <mass value="{BOX_MASS}"/>
-      <inertia ixx="{ixx}" ixy="0" ixz="0" iyy="{iyy}" iyz="0" izz="{izz}"/>
-    </inertial>
-  </link>
-</robot>'''
+    box_inertia = (BOX_MASS / 12.0 * (sy ** 2 + sz ** 2), BOX_MASS / 12.0 * (sx ** 2 + sz ** 2),
+                   BOX_MASS / 12.0 * (sx ** 2 + sy ** 2))
+    cross = _revolute_body('ujoint_x', 'panda_hand', 'ujoint_cross', UJOINT_OFFSET, '1 0 0',
+                           UJOINT_DAMPING[0], UJOINT_LINK_MASS, (0, 0, 0), (1e-4,) * 3)
+    box = _revolute_body('ujoint_y', 'ujoint_cross', BOX, 0, '0 1 0', UJOINT_DAMPING[1],
+                         BOX_MASS, BOX_COM, box_inertia)
     head, tail = text.rsplit('</robot>', 1)
-    return head + extra + tail
+    return head + cross + box + '\n</robot>' + tail
 
 
 @functools.lru_cache(maxsize=None)

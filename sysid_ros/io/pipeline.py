@@ -614,7 +614,7 @@ def _gravity_and_inertia(model: RobotModel, params: Params, q):
     return jax.vmap(one)(q)
 
 
-def _torque_scale(model: RobotModel, params: Params, rng: np.random.Generator) -> np.ndarray:
+def typical_torque(model: RobotModel, params: Params, rng: np.random.Generator) -> np.ndarray:
     """(nv,) typical torque per joint: spread of gravity torques plus mass-matrix diagonal
     times 1 rad/s^2, over random configurations."""
     lo = np.where(np.isfinite(model.q_min), model.q_min, -np.pi)
@@ -654,7 +654,7 @@ def simulate(problem: Problem, params: Params | None = None, duration: float = 1
     """Simulate the model under a random smooth excitation and add sensor noise.
 
     The commands are `excitation(...)` with peaks of `torque_scale` times a typical torque of
-    each joint (gravity spread + inertia, see `_torque_scale`), clipped to the effort limits;
+    each joint (gravity spread + inertia, see `typical_torque`), clipped to the effort limits;
     the model is integrated with the configured integrator, actuator and substeps, starting
     at rest at q = 0 (clipped into the joint limits). Noise: independent N(0, noise^2) added
     to every q [rad, m] and qd [rad/s, m/s] sample; the torques are the exact commands.
@@ -677,7 +677,7 @@ def simulate(problem: Problem, params: Params | None = None, duration: float = 1
     rng = np.random.default_rng(seed)
     num = int(round(duration / problem.dt))
     t = np.arange(num + 1) * problem.dt
-    scale = torque_scale * _torque_scale(model, params, rng)
+    scale = torque_scale * typical_torque(model, params, rng)
     limit = np.asarray(model.effort_max if model.effort_max else [np.inf] * model.nv, float)
     limit = np.where(limit > 0.0, limit, np.inf)            # 0: no limit given in the URDF
     controls = np.clip(excitation(t[:-1], scale, rng), -limit, limit)

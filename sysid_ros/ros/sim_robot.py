@@ -233,7 +233,7 @@ class SimRobot(Node):
 
         # Excitation: the same sum of sines on every call (a generator from a fixed seed).
         rng = np.random.default_rng([p['seed'], 1])
-        scale = p['torque_scale'] * pipeline._torque_scale(model, self._nominal, rng)
+        scale = p['torque_scale'] * pipeline.typical_torque(model, self._nominal, rng)
         limit = np.asarray(model.effort_max or [np.inf] * self._nv, float)
         self._limit = np.where(limit > 0.0, limit, np.inf)
         self._excitation = functools.partial(
