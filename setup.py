@@ -25,6 +25,7 @@ setup(
         'pin>=3.0',
         'pyyaml>=6.0',
         'matplotlib>=3.8',
+        'rosbags>=0.10',
     ],
     zip_safe=True,
     maintainer='sysid_ros developers',
