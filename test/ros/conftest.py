@@ -9,12 +9,11 @@ checkouts) do not see each other. These are set at import, before any rclpy cont
 
 import os
 import pathlib
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
+
+from sysid_ros.ros import node_process
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -39,38 +38,12 @@ def ros_env(**extra) -> dict:
     return env
 
 
-class NodeProcess:
-    """A node started with `python -m MODULE --ros-args ...`; output goes to a log file."""
+class NodeProcess(node_process.NodeProcess):
+    """A node started with `python -m MODULE --ros-args ...` in the test environment above;
+    output goes to a log file."""
 
     def __init__(self, module: str, ros_args, log_path: pathlib.Path):
-        self.log_path = log_path
-        self._log = open(log_path, 'w')
-        self.proc = subprocess.Popen(
-            [sys.executable, '-m', module, '--ros-args', *ros_args], cwd=REPO_ROOT,
-            env=ros_env(), stdout=self._log, stderr=subprocess.STDOUT)
-
-    def output(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text()
-
-    def interrupt(self, timeout: float = 15.0) -> int:
-        """SIGINT, as Ctrl-C; returns the exit status (kills it after `timeout` seconds)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-        return self.wait(timeout)
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._log.close()
+        super().__init__(module, ros_args, log_path, env=ros_env(), cwd=REPO_ROOT)
 
 
 @pytest.fixture(scope='module')
