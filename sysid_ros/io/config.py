@@ -48,6 +48,7 @@ __all__ = [
     'ParametersConfig',
     'DataConfig',
     'EstimatorConfig',
+    'OnlineConfig',
     'Config',
     'from_dict',
     'from_flat_dict',
@@ -58,7 +59,7 @@ __all__ = [
 
 ACTUATORS = ('ideal', 'viscous', 'coulomb_viscous', 'stribeck', 'nn_friction', 'nn_residual',
              'ff_nn')
-INTEGRATORS = ('semi_implicit_euler', 'rk4')
+INTEGRATORS = ('semi_implicit_euler', 'rk4', 'variational')
 BAYESIAN_METHODS = ('csvgd', 'svgd', 'sgld', 'nuts', 'emcee', 'cem')
 POINT_METHODS = ('diffnea', 'nea')
 METHODS = BAYESIAN_METHODS + POINT_METHODS
@@ -359,6 +360,12 @@ class DataConfig:
       mocap_topics: geometry_msgs/PoseStamped topics, one per tracked body.
       noise_std: measurement noise standard deviation per observed dimension (one number:
         the same for all) [rad, rad/s, m]; empty: the estimator's default.
+      gap: a recording is cut into trajectories wherever its joint states pause longer than
+        this [s] (`sysid fit --bag`).
+      segments: bag time ranges to use, as pairs `[start, end, start, end, ...]` [s] after
+        the bag's start; empty: the whole bag.
+      holdout: share of the bag's trajectories (the last ones) kept out of the fit and used
+        for the evaluation metrics [0, 1).
     """
 
     rate: float = _opt(100.0, 'float', unit='Hz', gt=0.0)
@@ -366,11 +373,20 @@ class DataConfig:
     torque_source: str = _opt(TORQUE_FROM_JOINT_STATES, 'str')
     mocap_topics: tuple[str, ...] = _opt((), 'topic_list')
     noise_std: tuple[float, ...] = _opt((), 'float_list', gt=0.0)
+    gap: float = _opt(0.5, 'float', unit='s', gt=0.0)
+    segments: tuple[float, ...] = _opt((), 'float_list', unit='s', ge=0.0)
+    holdout: float = _opt(0.0, 'float', ge=0.0)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], path: str | None = None) -> 'DataConfig':
         """Validate the `data` section."""
         cfg = _section(cls, d, path, 'data')
+        if not cfg.holdout < 1.0:
+            raise _error(path, 'data.holdout', f'expected a share in [0, 1), got {cfg.holdout!r}')
+        pairs = cfg.segments
+        if len(pairs) % 2 or any(not a < b for a, b in zip(pairs[::2], pairs[1::2])):
+            raise _error(path, 'data.segments', 'expected pairs [start, end, ...] with start < '
+                         f'end [s], got {list(pairs)}')
         if cfg.torque_source != TORQUE_FROM_JOINT_STATES and not _ROS_NAME.match(
                 cfg.torque_source):
             raise _error(path, 'data.torque_source', f'expected {TORQUE_FROM_JOINT_STATES!r} '
@@ -417,11 +433,78 @@ class EstimatorConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class OnlineConfig:
+    """`online:` the live estimator node (`io.online`, `ros.estimator`).
+
+    Attributes:
+      window_length: duration of each data window [s].
+      hop: time between the starts of consecutive windows [s].
+      iterations_per_window: estimator steps run on each window, warm-started from the
+        previous posterior.
+      jitter: std of the Gaussian noise added to the particles before each window, as a
+        fraction of each parameter's bounds width [-] (forgetting: lets the estimate follow
+        a parameter that changes; 0: none).
+      divergence_factor: a window whose loss exceeds this times the last good window's loss
+        (or is not finite) counts as a divergence: the posterior goes back to the last good
+        one [-].
+      save_path: posterior file written on ~/save and at shutdown (`.npz` + `.yaml`; empty:
+        not saved).
+      warm_start: posterior file (`.npz`) to start from (empty: Sobol particles).
+      push_node: node whose parameters receive estimates (rcl_interfaces/srv/SetParameters;
+        empty: no push).
+      push_parameters: estimate name -> parameter name of `push_node`, nested like
+        `parameters` (`link2: {mass: payload_mass}`).
+      push_rate: most pushes per second [Hz].
+      silent_warn: a subscribed topic silent this long turns its diagnostics WARN [s, wall].
+      silent_stale: ... and this long STALE [s, wall].
+      diagnostics_rate: diagnostics publish rate [Hz].
+    """
+
+    window_length: float = _opt(2.0, 'float', unit='s', gt=0.0)
+    hop: float = _opt(1.0, 'float', unit='s', gt=0.0)
+    iterations_per_window: int = _opt(20, 'int', ge=1)
+    jitter: float = _opt(0.01, 'float', ge=0.0)
+    divergence_factor: float = _opt(1e3, 'float', gt=1.0)
+    save_path: str | None = _opt(None, 'str', optional=True)
+    warm_start: str | None = _opt(None, 'str', optional=True)
+    push_node: str | None = _opt(None, 'str', optional=True)
+    push_parameters: dict[str, Any] = _opt({}, 'map')
+    push_rate: float = _opt(1.0, 'float', unit='Hz', gt=0.0)
+    silent_warn: float = _opt(1.0, 'float', unit='s', gt=0.0)
+    silent_stale: float = _opt(3.0, 'float', unit='s', gt=0.0)
+    diagnostics_rate: float = _opt(1.0, 'float', unit='Hz', gt=0.0)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], path: str | None = None) -> 'OnlineConfig':
+        """Validate the `online` section; `push_parameters` is flattened to dotted names."""
+        cfg = _section(cls, d, path, 'online')
+        if not cfg.silent_stale > cfg.silent_warn:
+            raise _error(path, 'online.silent_stale', f'expected a number > online.silent_warn '
+                         f'({cfg.silent_warn:g} s), got {cfg.silent_stale!r}')
+        flat: dict[str, str] = {}
+        _flatten_names(cfg.push_parameters, (), path, flat)
+        return dataclasses.replace(cfg, push_parameters=flat)
+
+
+def _flatten_names(tree, keys: tuple[str, ...], path, out: dict) -> None:
+    """{'link2': {'mass': 'm'}} -> out['link2.mass'] = 'm' (leaves: non-empty strings)."""
+    key = '.'.join(('online.push_parameters',) + keys)
+    if isinstance(tree, Mapping):
+        for k, v in tree.items():
+            _flatten_names(v, keys + (str(k),), path, out)
+    elif isinstance(tree, str) and tree.strip() and keys:
+        out['.'.join(keys)] = tree
+    else:
+        raise _error(path, key, f'expected a parameter name of online.push_node, got {tree!r}')
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     """A whole problem description.
 
     Attributes:
       model, parameters, data, estimator: the sections.
+      online: settings of the live estimator node.
       source: the file it was read from, if any.
     """
 
@@ -429,6 +512,7 @@ class Config:
     parameters: ParametersConfig
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     estimator: EstimatorConfig = dataclasses.field(default_factory=EstimatorConfig)
+    online: OnlineConfig = dataclasses.field(default_factory=OnlineConfig)
     source: str | None = None
 
     @property
@@ -441,7 +525,7 @@ class Config:
         return from_dict(d, path)
 
 
-_SECTIONS = ('model', 'parameters', 'data', 'estimator')
+_SECTIONS = ('model', 'parameters', 'data', 'estimator', 'online')
 
 
 def from_dict(d: Mapping[str, Any], path: str | None = None) -> Config:
@@ -468,6 +552,7 @@ def from_dict(d: Mapping[str, Any], path: str | None = None) -> Config:
                  parameters=ParametersConfig.from_dict(d['parameters'], path),
                  data=DataConfig.from_dict(d.get('data'), path),
                  estimator=EstimatorConfig.from_dict(d.get('estimator'), path),
+                 online=OnlineConfig.from_dict(d.get('online'), path),
                  source=None if path is None else str(path))
     unused = _UNUSED_BY_ACTUATOR.get(cfg.model.actuator, ())
     for name in cfg.parameters.names:
@@ -565,7 +650,7 @@ def to_dict(cfg: Config) -> dict[str, Any]:
     None values and empty lists or maps are left out, so that a ROS parameters file can hold it.
     """
     out: dict[str, Any] = {}
-    for section in ('model', 'data', 'estimator'):
+    for section in ('model', 'data', 'estimator', 'online'):
         values = {}
         for f in dataclasses.fields(getattr(cfg, section)):
             value = getattr(getattr(cfg, section), f.name)

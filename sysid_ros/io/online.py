@@ -1,0 +1,342 @@
+"""Online (windowed) Bayesian identification: the ROS-free state of the live estimator node.
+
+An `OnlineSession` holds the Problem and the current posterior particles (P, M) [physical
+units] and, for each data window (a `window_buffer.Window`), runs
+
+    particles -> + jitter (forgetting) -> predictive ESS on the new window
+        -> `bayes.fit_posterior(..., theta0=particles)` for `online.iterations_per_window`
+        steps -> divergence check -> particles (or the last good ones)
+
+  * Warm start: each window starts from the previous window's particles (the optimiser state
+    and the shooting states restart on the new data). All windows have the same shape, so the
+    jitted estimator of `io.bayes` compiles on the first window and is reused (its cache is
+    keyed by the problem structure).
+  * Forgetting: before each window every particle gets Gaussian noise of std
+    `online.jitter` times its parameter's bounds width, clipped into the bounds; the
+    posterior therefore never collapses and follows a parameter that changes (a payload).
+  * Predictive effective sample size: the jittered particles are weighted by their
+    likelihood of the new window, w_i ~ exp(log_lik_i); ESS = 1 / sum(w_i^2) in [1, P]
+    (P: the data agree with the whole posterior; near 1: they do not, e.g. after a change).
+  * Divergence: a window whose loss (the mean squared noise-normalised residual of its best
+    particle, see `io.bayes`) is not finite, exceeds `online.divergence_factor` times the last
+    good window's loss, or leaves non-finite particles is a divergence: the particles go back
+    to the last good posterior and the event is counted.
+  * Files (`save`, `load_posterior`): `<stem>.npz` (`particles` (P, M), `names` (M,),
+    `lower`, `upper` (M,)) and `<stem>.yaml` (names with mean and std, windows, divergences,
+    method), each written to a temporary file in the same folder and renamed into place.
+
+The session holds a lock: a worker thread may run `update` while a service callback calls
+`reset` or `save`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import yaml
+
+from sysid_ros.core import baselines
+from sysid_ros.io import bayes, pipeline
+from sysid_ros.io.pipeline import Problem
+from sysid_ros.io.trajectory import DataError, Trajectory
+from sysid_ros.io.window_buffer import Window
+
+__all__ = [
+    'WindowResult',
+    'OnlineSession',
+    'posterior_paths',
+    'load_posterior',
+    'window_trajectory',
+]
+
+
+class WindowResult(NamedTuple):
+    """What one `OnlineSession.update` did.
+
+    Attributes:
+      index: windows processed before this one.
+      t_end: stamp of the window's last sample [s].
+      mean, std: (M,) posterior mean and standard deviation after the window [physical].
+      loss: mean squared noise-normalised residual of the best particle [-] (inf if diverged).
+      ess: predictive effective sample size of the particles on this window, in [1, P].
+      diverged: the window diverged and the posterior went back to the last good one.
+      iteration_time: wall time of the update, compilation included on the first [s].
+    """
+
+    index: int
+    t_end: float
+    mean: np.ndarray
+    std: np.ndarray
+    loss: float
+    ess: float
+    diverged: bool
+    iteration_time: float
+
+
+def posterior_paths(path: str | os.PathLike) -> tuple[str, str]:
+    """(`<stem>.npz`, `<stem>.yaml`) of a posterior path given with or without an extension."""
+    stem, ext = os.path.splitext(os.fspath(path))
+    if ext not in ('.npz', '.yaml'):
+        stem = os.fspath(path)
+    return stem + '.npz', stem + '.yaml'
+
+
+def _write_atomic(path: str, write) -> None:
+    """Call `write(file object)` on a temporary file beside `path`, then rename it to `path`."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix='.' + os.path.basename(path) + '.')
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)                    # mkstemp creates 0600
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load_posterior(path: str | os.PathLike, names) -> np.ndarray:
+    """(P, M) particles of a posterior file, columns in the order of `names` (M,).
+
+    Raises:
+      DataError: unreadable file, missing keys, parameters missing or non-finite values
+        (naming the file).
+    """
+    npz, _ = posterior_paths(path)
+    try:
+        with np.load(npz, allow_pickle=False) as f:
+            particles = np.asarray(f['particles'], dtype=float)
+            stored = [str(n) for n in f['names']]
+    except (OSError, ValueError, KeyError) as exc:
+        raise DataError(f'{npz}: cannot read a posterior (particles, names): {exc}') from exc
+    if particles.ndim != 2 or particles.shape[1] != len(stored) or not len(particles):
+        raise DataError(f'{npz}: particles: expected (P, {len(stored)}), got '
+                        f'{particles.shape}')
+    missing = [n for n in names if n not in stored]
+    if missing:
+        raise DataError(f'{npz}: names: no parameter {missing[0]!r}; the file has '
+                        f'{", ".join(stored)}')
+    particles = particles[:, [stored.index(n) for n in names]]
+    if not np.all(np.isfinite(particles)):
+        raise DataError(f'{npz}: particles: non-finite values')
+    return particles
+
+
+def window_trajectory(problem: Problem, window: Window, index: int = 0) -> Trajectory:
+    """A buffer window (model joint order, `data.rate` grid) as a validated Trajectory."""
+    traj = Trajectory(t=np.asarray(window.t), q=np.asarray(window.q),
+                      qd=np.asarray(window.qd), tau=np.asarray(window.tau),
+                      joint_names=problem.model.joint_names, source=f'window {index}')
+    return pipeline.prepare_trajectories(problem, [traj])[0]
+
+
+class OnlineSession:
+    """The posterior of a live identification, updated window by window (module doc).
+
+    Args:
+      problem: the problem; `estimator` and `online` settings come from its configuration
+        (`estimator.method` must be Bayesian).
+      warm_start: posterior file to start from (default: `online.warm_start`; none: the
+        Sobol particles of `bayes.initial_particles`).
+
+    Raises:
+      ConfigError: a non-Bayesian method, unbounded parameters, unknown push names.
+      DataError: an unreadable warm-start file.
+    """
+
+    def __init__(self, problem: Problem, warm_start: str | None = None):
+        cfg = problem.config
+        self.problem = problem
+        self.method = cfg.estimator.method
+        if self.method not in bayes.BAYESIAN_METHODS:
+            raise pipeline._config_error(cfg, 'estimator.method', f'the live estimator needs '
+                                         f'one of {" | ".join(bayes.BAYESIAN_METHODS)}, got '
+                                         f'{self.method!r}')
+        bayes.check_bounds(problem, self.method)
+        unknown = [n for n in cfg.online.push_parameters if n not in problem.names]
+        if unknown:
+            raise pipeline._config_error(cfg, f'online.push_parameters.{unknown[0]}',
+                                         f'not an identified parameter; expected one of '
+                                         f'{", ".join(problem.names)}')
+        self.names = problem.names
+        # Samples per window, as `WindowBuffer` cuts them.
+        self.window_samples = int(round(cfg.online.window_length * cfg.data.rate))
+        self.num_particles = cfg.estimator.particles
+        self.lower = np.asarray(problem.spec.lower_bounds, dtype=float)
+        self.upper = np.asarray(problem.spec.upper_bounds, dtype=float)
+        self._lock = threading.RLock()
+        self._rng = np.random.default_rng([cfg.estimator.seed, 11])
+        self.windows = 0
+        self.divergences = 0
+        self.last_loss = float('nan')
+        self._good_loss = float('inf')
+        warm_start = cfg.online.warm_start if warm_start is None else warm_start
+        self.warm_start = warm_start
+        self.reset()
+
+    # ------------------------------------------------------------------------------------------
+    # State
+    # ------------------------------------------------------------------------------------------
+
+    @property
+    def particles(self) -> np.ndarray:
+        """(P, M) current posterior particles [physical units] (a copy)."""
+        with self._lock:
+            return self._particles.copy()
+
+    def estimate(self) -> tuple[np.ndarray, np.ndarray]:
+        """(M,) mean and (M,) standard deviation of the current particles."""
+        theta = self.particles
+        return theta.mean(axis=0), theta.std(axis=0)
+
+    def reset(self) -> None:
+        """Back to the starting particles: the warm-start file if any, else the Sobol prior."""
+        with self._lock:
+            seed = self.problem.config.estimator.seed
+            theta0 = None
+            if self.warm_start:
+                theta0 = load_posterior(self.warm_start, self.names)
+                if len(theta0) != self.num_particles:   # resample to the configured count
+                    theta0 = theta0[self._rng.integers(0, len(theta0), self.num_particles)]
+            self._particles = bayes.initial_particles(self.problem, self.num_particles, seed,
+                                                      theta0)
+            self._good = self._particles.copy()
+            self._good_loss = float('inf')
+
+    def _jittered(self) -> np.ndarray:
+        jitter = self.problem.config.online.jitter
+        theta = self._particles
+        if jitter > 0.0:
+            theta = theta + self._rng.normal(size=theta.shape) * jitter * (self.upper
+                                                                          - self.lower)
+        return theta
+
+    # ------------------------------------------------------------------------------------------
+    # Update
+    # ------------------------------------------------------------------------------------------
+
+    def predictive_ess(self, theta: np.ndarray, traj: Trajectory) -> float:
+        """ESS in [1, P] of `theta` (P, M) weighted by their likelihood of `traj`."""
+        problem = self.problem
+        sp = bayes.shooting_problem(problem, [traj])
+        positions = baselines.shooting_positions(sp.likelihood, problem.spec,
+                                                 jnp.asarray(theta), sp.data)
+        log_lik = np.asarray(bayes._evaluate(problem, sp.likelihood)(positions, sp.data)
+                             .log_lik)
+        finite = np.isfinite(log_lik)
+        if not finite.any():
+            return 1.0
+        w = np.where(finite, np.exp(log_lik - np.max(log_lik[finite])), 0.0)
+        w /= w.sum()
+        return float(1.0 / np.sum(w * w))
+
+    def update(self, window: Window) -> WindowResult:
+        """Run the estimator on one window, warm-started from the current particles.
+
+        Raises:
+          DataError: a window that does not fit the problem (joints, length).
+        """
+        start = time.perf_counter()
+        with self._lock:
+            index = self.windows
+            traj = window_trajectory(self.problem, window, index)
+            theta0 = bayes.initial_particles(self.problem, self.num_particles, 0,
+                                             self._jittered())
+            ess = self.predictive_ess(theta0, traj)
+            cfg = self.problem.config
+            result = bayes.fit_posterior(
+                self.problem, [traj], self.method, cfg.online.iterations_per_window,
+                theta0=theta0, seed=cfg.estimator.seed + index + 1, start=start)
+            loss = float(result.final_loss)
+            diverged = (not np.isfinite(loss) or not np.all(np.isfinite(result.particles))
+                        or loss > cfg.online.divergence_factor * self._good_loss)
+            if diverged:
+                self.divergences += 1
+                self._particles = self._good.copy()
+            else:
+                self._particles = np.asarray(result.particles, dtype=float)
+                self._good = self._particles.copy()
+                self._good_loss = loss
+            self.windows += 1
+            self.last_loss = loss
+            mean, std = self._particles.mean(axis=0), self._particles.std(axis=0)
+        return WindowResult(index=index, t_end=float(window.t[-1]), mean=mean, std=std,
+                            loss=loss, ess=ess, diverged=diverged,
+                            iteration_time=time.perf_counter() - start)
+
+    def predict(self, window: Window) -> np.ndarray:
+        """(T, 2 nv) states [q; qd] simulated with the posterior mean from the window's first
+        measured state under its measured torques (the model's prediction for the window)."""
+        problem, cfg = self.problem, self.problem.config
+        mean, _ = self.estimate()
+        params = problem.spec.to_params(jnp.asarray(mean), problem.base_params)
+        x0 = jnp.concatenate([jnp.asarray(window.q[0]), jnp.asarray(window.qd[0])])
+        states = pipeline._rollout(problem.model, params, x0, jnp.asarray(window.tau[:-1]),
+                                   problem.dt, integrator=cfg.model.integrator,
+                                   actuator=cfg.model.actuator, substeps=problem.substeps)
+        return np.asarray(jax.device_get(states), dtype=float)
+
+    # ------------------------------------------------------------------------------------------
+    # Files
+    # ------------------------------------------------------------------------------------------
+
+    def warm_up(self, traj: Trajectory) -> None:
+        """Compile the update and the prediction on the first `window_samples` samples of
+        `traj` (e.g. from `pipeline.simulate`), then restore the state as it was."""
+        traj = traj.slice(0, self.window_samples)
+        window = Window(t=traj.t, q=traj.q, qd=traj.qd, tau=traj.tau)
+        with self._lock:
+            saved = (self._particles, self._good, self._good_loss, self.windows,
+                     self.divergences, self.last_loss)
+            self.update(window)
+            self.predict(window)
+            (self._particles, self._good, self._good_loss, self.windows,
+             self.divergences, self.last_loss) = saved
+
+    def save(self, path: str | os.PathLike, timeout: float | None = None) -> tuple[str, str]:
+        """Write the current posterior to `<stem>.npz` and `<stem>.yaml` atomically (module
+        doc); returns both paths.
+
+        Args:
+          path: the file stem (an `.npz` or `.yaml` extension is replaced).
+          timeout: longest wait for a running `update` [s] (None: wait); after it the
+            posterior of the last completed window is written (particles are replaced,
+            never changed in place).
+        """
+        npz, yml = posterior_paths(path)
+        locked = self._lock.acquire(timeout=-1 if timeout is None else timeout)
+        try:
+            theta = self._particles.copy()
+            summary = {
+                'method': self.method,
+                'num_particles': int(theta.shape[0]),
+                'windows': int(self.windows),
+                'divergences': int(self.divergences),
+                'last_loss': float(self.last_loss),
+                'config': self.problem.config.source,
+                'saved_at_unix_s': time.time(),
+                'parameters': {n: {'mean': float(m), 'std': float(s), 'min': float(lo),
+                                   'max': float(hi)}
+                               for n, m, s, lo, hi in zip(self.names, theta.mean(axis=0),
+                                                          theta.std(axis=0), self.lower,
+                                                          self.upper)}}
+        finally:
+            if locked:
+                self._lock.release()
+        _write_atomic(npz, lambda f: np.savez(f, particles=theta, names=np.array(self.names),
+                                              lower=self.lower, upper=self.upper))
+        text = yaml.safe_dump(summary, sort_keys=False).encode('utf-8')
+        _write_atomic(yml, lambda f: f.write(text))
+        return npz, yml
+

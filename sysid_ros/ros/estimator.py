@@ -1,0 +1,444 @@
+"""`estimator`: live online identification beside a running robot.
+
+    ros2 run sysid_ros estimator --ros-args --params-file config/double_pendulum_live.yaml
+    python -m sysid_ros.ros.estimator --ros-args -p config:=config/double_pendulum_live.yaml
+
+Parameters (read once, at start):
+  * the configuration contract (`model.*`, `parameters.*`, `data.*`, `estimator.*`,
+    `online.*`; see ARCHITECTURE.md and `io.config.OnlineConfig`) from a params file, and/or
+  * `config` (string): a problem YAML file; keys given as ROS parameters override it;
+  * `robot_description` (string): URDF XML that replaces `model.urdf` / `model.builder`;
+  * `verify_samples` (int, 8): random states of the Pinocchio check (0: skip it).
+A bad configuration prints one message naming the file and key and exits with status 2; a
+model whose JAX dynamics disagree with Pinocchio (`io.verify`) is refused (status 3).
+
+Subscriptions (names as configured, remappable): `data.joint_states_topic`
+(sensor_msgs/JointState: positions, velocities and, with `torque_source:
+joint_states.effort`, efforts; joints matched by name); `data.torque_source` when it names a
+topic (std_msgs/Float64MultiArray in model joint order, stamped on receipt by the node clock);
+`data.mocap_topics` (geometry_msgs/PoseStamped; buffered, not yet used by the likelihood).
+Callbacks only append to the `WindowBuffer`; one worker thread pops the newest window every
+`online.hop`, runs `OnlineSession.update` (CSVGD by default, warm-started, see `io.online`) and
+publishes.
+
+Publications (under the node's namespace):
+  * `~/estimate` (std_msgs/Float64MultiArray): data = [mean_1..mean_M, std_1..std_M];
+    layout.dim[0] = (label 'mean,std', size 2, stride 2M), layout.dim[1] = (label: the
+    parameter names joined by ',', size M, stride M). `ros.estimate_client` decodes it; plot
+    e.g. `/estimator/estimate/data[1]`.
+  * `~/particles` (Float64MultiArray): (P, M) row-major; dim[0] = ('particles', P, P M),
+    dim[1] = (names joined by ',', M, M).
+  * `~/measured`, `~/predicted` (Float64MultiArray): the last window, (T, 1 + 2 nv)
+    row-major; dim[0] = ('samples', T, ...), dim[1] = ('t,q.<joint>...,qd.<joint>...', ...);
+    the prediction simulates the posterior mean from the window's first measured state.
+  * `~/diagnostics` (diagnostic_msgs/DiagnosticArray) at `online.diagnostics_rate`: one status
+    per input topic (received, rate, seconds silent in wall time: WARN after
+    `online.silent_warn`, STALE after `online.silent_stale`), one for the window buffer
+    (fill, rejected messages by reason, ignored joint names, time jumps, dropped windows) and
+    one for the estimator (windows, iteration time, lag from window end to publish in the
+    node clock, predictive ESS, divergences, loss; WARN when inference is slower than the
+    hop or the last window diverged).
+Services (std_srvs/Trigger): `~/reset` (posterior back to its start), `~/save` (write the
+posterior to `online.save_path`). On Ctrl-C / SIGTERM the posterior is written to
+`online.save_path` before exit; `online.warm_start` starts from such a file.
+Push: with `online.push_node`, the means of `online.push_parameters` (estimate name ->
+parameter name) are sent to `<push_node>/set_parameters` (rcl_interfaces/srv/SetParameters)
+at most `online.push_rate` times a second.
+Time: stamps come from the messages, so `use_sim_time` (bag replays with /clock) works; a
+jump back in time (a bag restarted) clears the window buffer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import PoseStamped
+import jax
+import numpy as np
+from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+from rcl_interfaces.srv import SetParameters
+import rclpy
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+from std_srvs.srv import Trigger
+
+from sysid_ros.io import config as config_io
+from sysid_ros.io import model_io, online, pipeline, verify
+from sysid_ros.io.errors import InputError
+from sysid_ros.io.window_buffer import WindowBuffer
+from sysid_ros.ros import messages
+
+__all__ = ['EXIT_BAD_CONFIG', 'EXIT_MISMATCH', 'ModelMismatch', 'Estimator', 'matrix_message',
+           'main']
+
+EXIT_BAD_CONFIG = 2
+EXIT_MISMATCH = 3
+# Worker wake-up period while waiting for a window [s].
+_POLL = 0.1
+
+
+class ModelMismatch(Exception):
+    """The JAX model disagrees with Pinocchio on the URDF."""
+
+
+def matrix_message(values, row_label: str, columns) -> Float64MultiArray:
+    """(R, C) values -> Float64MultiArray, dim[0] (`row_label`, R), dim[1] (columns joined by
+    ',', C), row-major."""
+    values = np.asarray(values, dtype=float)
+    rows, cols = values.shape
+    msg = Float64MultiArray()
+    msg.layout.dim = [MultiArrayDimension(label=row_label, size=rows, stride=rows * cols),
+                      MultiArrayDimension(label=','.join(columns), size=cols, stride=cols)]
+    msg.data = values.ravel().tolist()
+    return msg
+
+
+def _nested(flat: dict) -> dict:
+    out: dict = {}
+    for name, value in flat.items():
+        node = out
+        *heads, last = name.split('.')
+        for head in heads:
+            node = node.setdefault(head, {})
+        node[last] = value
+    return out
+
+
+def _merge(into: dict, new: dict) -> dict:
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+    return into
+
+
+class Estimator(Node):
+    """The live estimator node (see the module doc for parameters, topics and services)."""
+
+    def __init__(self, **kwargs):
+        super().__init__('estimator', automatically_declare_parameters_from_overrides=True,
+                         allow_undeclared_parameters=True, **kwargs)
+        self.problem = problem = pipeline.build_problem(self._read_config())
+        cfg = problem.config
+        self._check_model(int(self._param('verify_samples', 8)))
+        self.session = online.OnlineSession(problem)
+        self._online = cfg.online
+        data = cfg.data
+        from_command = data.torque_source != config_io.TORQUE_FROM_JOINT_STATES
+        self.buffer = WindowBuffer(problem.joint_names, data.rate, cfg.online.window_length,
+                                   cfg.online.hop,
+                                   torque_source='command' if from_command else 'effort',
+                                   mocap_bodies=data.mocap_topics)
+
+        qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
+        self._last_seen: dict[str, float | None] = {}
+        self._counts: dict[str, int] = {}
+        self._topics = [data.joint_states_topic]
+        self.create_subscription(JointState, data.joint_states_topic, self._on_joint_state, qos)
+        if from_command:
+            self._topics.append(data.torque_source)
+            self.create_subscription(Float64MultiArray, data.torque_source, self._on_command,
+                                     qos)
+        for topic in data.mocap_topics:
+            self._topics.append(topic)
+            self.create_subscription(PoseStamped, topic,
+                                     lambda msg, body=topic: self._on_pose(body, msg), qos)
+        for topic in self._topics:
+            self._last_seen[topic] = None
+            self._counts[topic] = 0
+
+        self._estimate_pub = self.create_publisher(Float64MultiArray, '~/estimate', 10)
+        self._particles_pub = self.create_publisher(Float64MultiArray, '~/particles', 10)
+        self._measured_pub = self.create_publisher(Float64MultiArray, '~/measured', 10)
+        self._predicted_pub = self.create_publisher(Float64MultiArray, '~/predicted', 10)
+        self._diag_pub = self.create_publisher(DiagnosticArray, '~/diagnostics', 10)
+        self.create_service(Trigger, '~/reset', self._on_reset)
+        self.create_service(Trigger, '~/save', self._on_save)
+        self._push = None
+        if cfg.online.push_node and cfg.online.push_parameters:
+            self._push = self.create_client(SetParameters,
+                                            f'{cfg.online.push_node}/set_parameters')
+        self._last_push = -np.inf
+        self.pushes = 0
+
+        self._stats_lock = threading.Lock()
+        self._last: online.WindowResult | None = None
+        self._lag = float('nan')
+        self._stop = threading.Event()
+        self._ready = threading.Event()         # compiled and running
+        self._worker = threading.Thread(target=self._work, name='estimator-worker',
+                                        daemon=True)
+        self.create_timer(1.0 / cfg.online.diagnostics_rate, self._publish_diagnostics)
+        self._worker.start()
+        self.get_logger().info(
+            f'{problem.model.name}: estimating {", ".join(problem.names)} with '
+            f'{cfg.estimator.method} ({cfg.estimator.particles} particles, '
+            f'{cfg.online.iterations_per_window} iterations per window of '
+            f'{cfg.online.window_length:g} s every {cfg.online.hop:g} s) from '
+            f'{", ".join(self._topics)}')
+
+    # ------------------------------------------------------------------------------------------
+    # Start-up
+    # ------------------------------------------------------------------------------------------
+
+    def _param(self, name: str, default):
+        if self.has_parameter(name):
+            return self.get_parameter(name).value
+        return default
+
+    def _read_config(self) -> config_io.Config:
+        """The configuration from `config` and the params-file keys (those override)."""
+        flat = {f'{section}.{name}': p.value for section in config_io._SECTIONS
+                for name, p in self.get_parameters_by_prefix(section).items()}
+        path = self._param('config', '') or None
+        if path is None and not flat:
+            raise config_io.ConfigError('no configuration: give a params file with model and '
+                                        'parameters sections, or -p config:=FILE')
+        tree = _nested(flat)
+        if path is not None:
+            tree = _merge(config_io.to_dict(config_io.load_yaml(path)), tree)
+        cfg = config_io.from_dict(tree, path)
+        description = self._param('robot_description', '')
+        if description:
+            cfg = dataclasses.replace(cfg, model=dataclasses.replace(
+                cfg.model, urdf=description, builder=None))
+        return cfg
+
+    def _check_model(self, samples: int) -> None:
+        """Compare the JAX model with Pinocchio (on the URDF itself where there is one)."""
+        if samples <= 0:
+            return
+        problem = self.problem
+        pmodel = None
+        if problem.config.model.urdf is not None:
+            pmodel = model_io.load_pinocchio(problem.config.model.urdf,
+                                             keep_joints=list(problem.joint_names))
+        report = verify.verify(problem.model, problem.base_params, pmodel,
+                               num_samples=samples)
+        if not report.passed:
+            raise ModelMismatch(report.table())
+        self.get_logger().info(f'model matches Pinocchio at {samples} random states')
+
+    # ------------------------------------------------------------------------------------------
+    # Callbacks: append only
+    # ------------------------------------------------------------------------------------------
+
+    def _seen(self, topic: str) -> None:
+        self._last_seen[topic] = time.monotonic()
+        self._counts[topic] += 1
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        self._seen(self._topics[0])
+        m = messages.joint_state_to_arrays(msg)
+        self.buffer.add_joint_state(m.t, m.names, m.position, m.velocity, m.effort)
+
+    def _on_command(self, msg: Float64MultiArray) -> None:
+        self._seen(self._topics[1])
+        now = self.get_clock().now().nanoseconds * 1e-9
+        self.buffer.add_torque_command(now, messages.torque_command_to_array(msg))
+
+    def _on_pose(self, body: str, msg: PoseStamped) -> None:
+        self._seen(body)
+        p = messages.pose_to_arrays(msg)
+        self.buffer.add_pose(body, p.t, p.position, p.orientation)
+
+    def _on_reset(self, request, response):
+        self.session.reset()
+        self.buffer.clear()
+        response.success, response.message = True, 'posterior reset'
+        return response
+
+    def _on_save(self, request, response):
+        path = self._online.save_path
+        if not path:
+            response.success, response.message = False, 'online.save_path is not set'
+            return response
+        try:
+            npz, yml = self.session.save(path)
+        except OSError as exc:
+            response.success, response.message = False, f'{path}: {exc}'
+            return response
+        response.success, response.message = True, f'saved {npz} and {yml}'
+        return response
+
+    # ------------------------------------------------------------------------------------------
+    # Worker
+    # ------------------------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        """Compile on a synthetic window, then estimate on each newest ready window."""
+        try:
+            start = time.perf_counter()
+            self.session.warm_up(pipeline.simulate(
+                self.problem, duration=self._online.window_length + self._online.hop))
+            self.get_logger().info(f'estimator compiled in {time.perf_counter() - start:.1f} s')
+            self._ready.set()
+            while not self._stop.is_set():
+                if not self.buffer.wait_ready(_POLL):
+                    continue
+                window = self.buffer.pop_window(latest=True)
+                if window is None or self._stop.is_set():
+                    continue
+                result = self.session.update(window)
+                predicted = self.session.predict(window)
+                self._publish(result, window, predicted)
+        except Exception as exc:                 # report, keep the node (and its files) alive
+            if not self._stop.is_set():
+                self.get_logger().error(f'estimator worker stopped: {exc!r}')
+
+    def _publish(self, result: online.WindowResult, window, predicted) -> None:
+        names = self.problem.names
+        self._estimate_pub.publish(matrix_message(np.stack([result.mean, result.std]),
+                                                  'mean,std', names))
+        self._particles_pub.publish(matrix_message(self.session.particles, 'particles',
+                                                   names))
+        joints = self.problem.joint_names
+        columns = ['t'] + [f'q.{j}' for j in joints] + [f'qd.{j}' for j in joints]
+        t = np.asarray(window.t)[:, None]
+        self._measured_pub.publish(matrix_message(
+            np.hstack([t, window.q, window.qd]), 'samples', columns))
+        self._predicted_pub.publish(matrix_message(np.hstack([t, predicted]), 'samples',
+                                                   columns))
+        now = self.get_clock().now().nanoseconds * 1e-9
+        with self._stats_lock:
+            self._last = result
+            self._lag = now - result.t_end
+        if not result.diverged:
+            self._push_estimate(result)
+
+    def _push_estimate(self, result: online.WindowResult) -> None:
+        if self._push is None or time.monotonic() - self._last_push < 1.0 / self._online.push_rate:
+            return
+        if not self._push.service_is_ready():
+            return
+        values = dict(zip(self.problem.names, result.mean))
+        request = SetParameters.Request(parameters=[
+            Parameter(name=target, value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE,
+                                                        double_value=float(values[source])))
+            for source, target in self._online.push_parameters.items()])
+        self._push.call_async(request)
+        self._last_push = time.monotonic()
+        self.pushes += 1
+
+    # ------------------------------------------------------------------------------------------
+    # Diagnostics
+    # ------------------------------------------------------------------------------------------
+
+    def _status(self, name: str, level: int, message: str, values: dict) -> DiagnosticStatus:
+        return DiagnosticStatus(level=level, name=f'{self.get_fully_qualified_name()}: {name}',
+                                message=message, hardware_id=self.problem.model.name,
+                                values=[KeyValue(key=k, value=str(v)) for k, v in values.items()])
+
+    def _input_status(self, topic: str, rate: float | None) -> DiagnosticStatus:
+        seen = self._last_seen[topic]
+        silent = float('inf') if seen is None else time.monotonic() - seen
+        if silent >= self._online.silent_stale:
+            level, message = DiagnosticStatus.STALE, f'silent for {silent:.1f} s'
+        elif silent >= self._online.silent_warn:
+            level, message = DiagnosticStatus.WARN, f'silent for {silent:.1f} s'
+        else:
+            level, message = DiagnosticStatus.OK, 'receiving'
+        values = {'received': self._counts[topic], 'silent_s': f'{silent:.3f}'}
+        if rate is not None:
+            values['rate_hz'] = f'{rate:.2f}'
+        return self._status(f'input {topic}', level, message, values)
+
+    def diagnostics(self) -> DiagnosticArray:
+        """The diagnostics array (see the module doc)."""
+        stats = self.buffer.stats()
+        statuses = [self._input_status(topic, stats.input_rate if i == 0 else None)
+                    for i, topic in enumerate(self._topics)]
+        rejected = sum(stats.rejected.values())
+        buffer_values = {'fill': f'{stats.fill:.3f}', 'rejected': rejected,
+                         **{f'rejected.{k}': v for k, v in stats.rejected.items()},
+                         'ignored_joint_names': stats.ignored_joint_names,
+                         'time_jumps': stats.time_jumps,
+                         'windows_emitted': stats.windows_emitted,
+                         **{f'windows_dropped.{k}': v
+                            for k, v in stats.windows_dropped.items()}}
+        statuses.append(self._status(
+            'window buffer', DiagnosticStatus.WARN if rejected else DiagnosticStatus.OK,
+            f'{rejected} messages rejected' if rejected else 'ok', buffer_values))
+        with self._stats_lock:
+            last, lag = self._last, self._lag
+        values = {'windows': self.session.windows, 'divergences': self.session.divergences,
+                  'pushes': self.pushes, 'ready': self._ready.is_set()}
+        level, message = DiagnosticStatus.OK, 'waiting for data'
+        if not self._ready.is_set():
+            message = 'compiling'
+        if last is not None:
+            values.update(iteration_time_s=f'{last.iteration_time:.4f}', lag_s=f'{lag:.4f}',
+                          ess=f'{last.ess:.3f}', loss=f'{last.loss:.6g}',
+                          window_end=f'{last.t_end:.6f}')
+            message = 'running'
+            if last.diverged:
+                level, message = DiagnosticStatus.WARN, 'last window diverged; posterior reset'
+            elif last.iteration_time > self._online.hop:
+                level, message = DiagnosticStatus.WARN, 'inference slower than the hop'
+        statuses.append(self._status('estimator', level, message, values))
+        msg = DiagnosticArray(status=statuses)
+        msg.header.stamp = self.get_clock().now().to_msg()
+        return msg
+
+    def _publish_diagnostics(self) -> None:
+        self._diag_pub.publish(self.diagnostics())
+
+    # ------------------------------------------------------------------------------------------
+    # Shutdown
+    # ------------------------------------------------------------------------------------------
+
+    def shutdown(self) -> str | None:
+        """Stop the worker and write the posterior to `online.save_path` (if set); returns
+        the .npz path written."""
+        self._stop.set()
+        self._worker.join(timeout=2.0)
+        path = self._online.save_path
+        if not path:
+            return None
+        return self.session.save(path, timeout=2.0)[0]
+
+
+def main(args=None) -> int:
+    """Run the node until Ctrl-C / SIGTERM, then save the posterior; exit status 2 for a bad
+    configuration, 3 for a model that disagrees with Pinocchio."""
+    jax.config.update('jax_enable_x64', True)
+    node = None
+    try:
+        with rclpy.init(args=args):
+            try:
+                node = Estimator()
+                rclpy.spin(node)
+            except (KeyboardInterrupt, ExternalShutdownException):
+                pass
+            except Exception:
+                if rclpy.ok():                  # a real failure, not the shutdown racing spin
+                    raise
+            finally:
+                if node is not None:
+                    saved = node.shutdown()
+                    if saved:
+                        print(f'estimator: posterior written to {saved}', file=sys.stderr,
+                              flush=True)
+                    node.destroy_node()
+    except InputError as exc:
+        print(f'estimator: error: {exc}', file=sys.stderr, flush=True)
+        return EXIT_BAD_CONFIG
+    except ModelMismatch as exc:
+        print(f'estimator: error: the JAX model disagrees with Pinocchio:\n{exc}',
+              file=sys.stderr, flush=True)
+        return EXIT_MISMATCH
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

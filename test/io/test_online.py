@@ -1,0 +1,165 @@
+"""`io.online.OnlineSession` on simulated windows with a known truth: warm start, tracking a
+parameter that changes (a payload), divergence reset, posterior files; the `online:` config."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from sysid_ros.io import config as config_io
+from sysid_ros.io import online, pipeline
+from sysid_ros.io.trajectory import DataError
+from sysid_ros.io.window_buffer import Window
+
+CONFIG = 'config/double_pendulum_live.yaml'
+PAYLOAD = 0.5                                   # [kg] added to link2 after the change
+NOISE = 0.002                                   # [rad, rad/s], as data.noise_std
+WINDOWS = 5                                     # per phase
+
+
+def _problem(**online_changes):
+    cfg = config_io.load_yaml(CONFIG)
+    # Small and quick: 8 particles, the cheaper integrator (data simulated with the same).
+    cfg = dataclasses.replace(
+        cfg, model=dataclasses.replace(cfg.model, integrator='semi_implicit_euler'),
+        estimator=dataclasses.replace(cfg.estimator, particles=8),
+        online=dataclasses.replace(cfg.online, save_path=None, **online_changes))
+    return pipeline.build_problem(cfg)
+
+
+@pytest.fixture(scope='module')
+def problem():
+    return _problem(jitter=0.02, iterations_per_window=20)
+
+
+def _windows(traj, samples):
+    """Consecutive windows of `samples` samples cut from a trajectory."""
+    return [Window(t=traj.t[k:k + samples], q=traj.q[k:k + samples],
+                   qd=traj.qd[k:k + samples], tau=traj.tau[k:k + samples])
+            for k in range(0, traj.num_samples - samples + 1, samples)]
+
+
+@pytest.fixture(scope='module')
+def phases(problem):
+    """Windows before and after a payload is added to link2, and the two true values of
+    link2.mass. The second phase continues from the last state of the first."""
+    samples = online.OnlineSession(problem).window_samples
+    duration = WINDOWS * samples * problem.dt
+    before = pipeline.simulate(problem, duration=duration, noise=NOISE, seed=1)
+    k = problem.names.index('link2.mass')
+    theta = np.asarray(problem.spec.from_params(problem.base_params), dtype=float)
+    heavy_theta = theta.copy()
+    heavy_theta[k] += PAYLOAD
+    heavy = problem.spec.to_params(heavy_theta, problem.base_params)
+    x0 = np.concatenate([before.q[-1], before.qd[-1]])      # noisy, close enough
+    after = pipeline.simulate(problem, heavy, duration=duration, noise=NOISE, seed=2, x0=x0)
+    return _windows(before, samples), _windows(after, samples), [theta[k], heavy_theta[k]]
+
+
+@pytest.fixture(scope='module')
+def run(problem, phases):
+    """One session through both phases: the link2.mass estimates (mean, std) per window."""
+    session = online.OnlineSession(problem)
+    k = problem.names.index('link2.mass')
+    results = [session.update(w) for w in phases[0] + phases[1]]
+    return session, results, [(r.mean[k], r.std[k]) for r in results]
+
+
+def test_warm_started_windows_converge_to_the_truth(problem, phases, run):
+    session, results, link2 = run
+    truth = phases[2][0]
+    first_error = abs(link2[0][0] - truth)
+    mean, std = link2[WINDOWS - 1]
+    # Each window starts from the last posterior: after the first phase the estimate is close
+    # (within 0.1 kg and 3 posterior stds + 0.03 kg) and closer than after one window.
+    assert abs(mean - truth) < 0.1
+    assert abs(mean - truth) < 3.0 * std + 0.03
+    assert abs(mean - truth) < first_error or first_error < 0.05
+    assert all(not r.diverged for r in results)
+    assert all(1.0 <= r.ess <= problem.config.estimator.particles + 1e-9 for r in results)
+    # Compilation happens once: later windows are much faster than the first.
+    assert session.windows == 2 * WINDOWS
+
+
+def test_tracks_a_payload_picked_up(problem, phases, run):
+    _, _, link2 = run
+    light, heavy = phases[2]
+    mean, _ = link2[-1]
+    # After the change the estimate moves to the new value (within 0.15 kg of it, and much
+    # nearer to it than to the old one).
+    assert abs(mean - heavy) < 0.15
+    assert abs(mean - heavy) < 0.5 * abs(mean - light)
+
+
+def test_divergence_resets_to_the_last_good_posterior(problem, phases):
+    session = online.OnlineSession(problem)
+    good = session.update(phases[0][0])
+    before = session.particles
+    w = phases[0][1]
+    exploding = w._replace(tau=w.tau * 1e8)     # the simulation blows up: no finite loss
+    result = session.update(exploding)
+    assert result.diverged and session.divergences == 1
+    np.testing.assert_array_equal(session.particles, before)
+    np.testing.assert_allclose(result.mean, good.mean)
+    assert not session.update(phases[0][2]).diverged
+
+
+def test_save_load_and_warm_start_from_file(problem, run, tmp_path):
+    session = run[0]
+    npz, yml = session.save(tmp_path / 'posterior')
+    assert npz.endswith('posterior.npz') and yml.endswith('posterior.yaml')
+    particles = online.load_posterior(npz, problem.names)
+    np.testing.assert_array_equal(particles, session.particles)
+    # Columns are matched by name, in any order.
+    reversed_names = problem.names[::-1]
+    np.testing.assert_array_equal(online.load_posterior(yml, reversed_names),
+                                  particles[:, ::-1])
+    summary = config_io.yaml.safe_load(open(yml))
+    mean = particles.mean(axis=0)
+    for name, value in zip(problem.names, mean):
+        assert summary['parameters'][name]['mean'] == pytest.approx(value)
+    assert summary['windows'] == session.windows
+    # A session warm-started from the file starts on those particles (inside the bounds).
+    warm = online.OnlineSession(problem, warm_start=npz)
+    assert np.all(np.abs(warm.particles - particles) <= 1e-3 * (warm.upper - warm.lower))
+    # No temporary files left beside them.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['posterior.npz', 'posterior.yaml']
+
+
+def test_bad_posterior_files_name_the_file(problem, tmp_path):
+    with pytest.raises(DataError, match='missing.npz'):
+        online.load_posterior(tmp_path / 'missing.npz', problem.names)
+    bad = tmp_path / 'other.npz'
+    np.savez(bad, particles=np.ones((4, 1)), names=np.array(['link9.mass']))
+    with pytest.raises(DataError, match=r"other.npz: names: no parameter 'link1.mass'"):
+        online.load_posterior(bad, problem.names)
+
+
+def test_online_config_is_validated():
+    d = config_io.to_dict(config_io.load_yaml(CONFIG))
+    d['online'] = {'silent_warn': 2.0, 'silent_stale': 1.0}
+    with pytest.raises(config_io.ConfigError, match='online.silent_stale'):
+        config_io.from_dict(d)
+    d['online'] = {'hop': 0.0}
+    with pytest.raises(config_io.ConfigError, match=r'online.hop: expected number > 0'):
+        config_io.from_dict(d)
+    d['online'] = {'windw_length': 1.0}
+    with pytest.raises(config_io.ConfigError, match='online.windw_length: unknown key'):
+        config_io.from_dict(d)
+    d['online'] = {'push_parameters': {'link2': {'mass': 'payload_mass'}}}
+    assert config_io.from_dict(d).online.push_parameters == {'link2.mass': 'payload_mass'}
+    d['online'] = {'push_parameters': {'link2': {'mass': 3}}}
+    with pytest.raises(config_io.ConfigError, match='online.push_parameters.link2.mass'):
+        config_io.from_dict(d)
+
+
+def test_session_rejects_point_methods_and_unknown_push_names():
+    cfg = config_io.load_yaml(CONFIG)
+    point = dataclasses.replace(cfg, estimator=dataclasses.replace(cfg.estimator,
+                                                                   method='diffnea'))
+    with pytest.raises(config_io.ConfigError, match='estimator.method'):
+        online.OnlineSession(pipeline.build_problem(point))
+    unknown = dataclasses.replace(cfg, online=dataclasses.replace(
+        cfg.online, push_parameters={'link3.mass': 'm'}))
+    with pytest.raises(config_io.ConfigError, match='online.push_parameters.link3.mass'):
+        online.OnlineSession(pipeline.build_problem(unknown))

@@ -1,0 +1,237 @@
+"""`estimator` beside `sim_robot`, both separate processes over real DDS (loopback).
+
+The live loop on the double pendulum (config/double_pendulum_live.yaml; 16 CSVGD particles,
+1 s windows every 1 s): after 8 windows the mass of link2 (the payload link) is within 0.1 kg
+(about 10 %) of the sim's hidden truth, and both link masses within 3 posterior standard
+deviations + 0.05 kg of it (link1 converges more slowly; the dampings are not judged: the
+estimator integrates at 100 Hz what the sim integrates at 1 kHz, a small model mismatch).
+A controller-like subscriber decodes the estimates with `EstimateClient`; a dummy controller
+node receives the pushed link2 mass; bad joint states are counted in the diagnostics without
+stopping the estimates; a silent topic goes WARN, then STALE; SIGINT writes a readable
+posterior; a bad configuration stops the node with one message. The payload pick-up is
+tracked in the @slow test.
+"""
+
+import math
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+import numpy as np
+import pytest
+from rcl_interfaces.msg import ParameterDescriptor
+import rclpy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_srvs.srv import Trigger
+import yaml
+
+from sysid_ros.io import online
+from sysid_ros.ros import messages
+from sysid_ros.ros.estimate_client import EstimateClient
+
+CONFIG = 'config/double_pendulum_live.yaml'
+SIM_ARGS = ('-p', f'config:={CONFIG}', '-p', 'noise:=0.002', '-p', 'seed:=3',
+            '-p', 'publish_rate:=200.0', '-p', 'payload_mass:=0.5')
+START_TIMEOUT = 300.0                           # [s] imports + compilation on a busy machine
+MASS_TOLERANCE = 0.1                            # [kg]
+CONVERGED_WINDOWS = 8                           # windows before the estimate is judged
+PUSHED = 'link2_mass'
+
+
+def _truth(msg: DiagnosticArray) -> dict:
+    return {kv.key: float(kv.value) for kv in msg.status[0].values
+            if kv.key not in ('payload_held', 'payload_mass', 'payload_link', 'seed')}
+
+
+def _held(msg: DiagnosticArray) -> bool:
+    return any(kv.key == 'payload_held' and kv.value == 'True' for kv in msg.status[0].values)
+
+
+def _level(value) -> int:
+    """A DiagnosticStatus level (bytes in the Python messages) as an int."""
+    return value if isinstance(value, int) else ord(value)
+
+
+OK, WARN, STALE = (_level(v) for v in (DiagnosticStatus.OK, DiagnosticStatus.WARN,
+                                       DiagnosticStatus.STALE))
+
+
+def _status(msg: DiagnosticArray, suffix: str) -> tuple[int, dict]:
+    status = next(s for s in msg.status if s.name.endswith(suffix))
+    return _level(status.level), {kv.key: kv.value for kv in status.values}
+
+
+@pytest.fixture(scope='module')
+def bad_config_run(start_node):
+    """An estimator with a config file that does not exist (overlaps the others' start)."""
+    return start_node('sysid_ros.ros.estimator', '-p', 'config:=/nonexistent/live.yaml')
+
+
+@pytest.fixture(scope='module')
+def live(start_node, ros, tmp_path_factory, bad_config_run):
+    """sim_robot + estimator running; what the test node received from them."""
+    save = tmp_path_factory.mktemp('posterior') / 'live'
+    sim = start_node('sysid_ros.ros.sim_robot', *SIM_ARGS)
+    est = start_node('sysid_ros.ros.estimator', '--params-file', CONFIG,
+                     '-p', f'online.save_path:={save}', '-p', 'online.push_node:=/dummy_ctrl',
+                     '-p', f'online.push_parameters.link2.mass:={PUSHED}',
+                     '-p', 'online.push_rate:=2.0')
+    controller = rclpy.create_node('dummy_ctrl', context=ros.context)
+    controller.declare_parameter(PUSHED, 0.0, ParameterDescriptor(description='pushed'))
+    ros.executor.add_node(controller)
+    got = {'estimates': [], 'diagnostics': [], 'truth': []}
+    client = EstimateClient(ros.node, '/estimator/estimate',
+                            callback=lambda e: got['estimates'].append(e))
+    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    subs = [ros.node.create_subscription(DiagnosticArray, '/estimator/diagnostics',
+                                         got['diagnostics'].append, 10),
+            ros.node.create_subscription(DiagnosticArray, '/sim_robot/ground_truth',
+                                         got['truth'].append, latched)]
+    running = ros.spin_until(lambda: len(got['estimates']) >= CONVERGED_WINDOWS
+                             or est.proc.poll() is not None or sim.proc.poll() is not None,
+                             START_TIMEOUT)
+    assert running and est.proc.poll() is None, est.output()
+    yield {'sim': sim, 'est': est, 'client': client, 'controller': controller, 'got': got,
+           'save': save}
+    for sub in subs:
+        ros.node.destroy_subscription(sub)
+    ros.node.destroy_subscription(client.subscription)
+    ros.executor.remove_node(controller)
+    controller.destroy_node()
+
+
+def test_live_loop_converges_and_the_client_decodes_estimates(live, ros):
+    got, client = live['got'], live['client']
+    assert ros.spin_until(lambda: got['truth'], 10.0)
+    truth = _truth(got['truth'][-1])
+    estimate = client.latest()
+    assert set(estimate) == set(truth)
+    mean, std = estimate['link2.mass']
+    assert abs(mean - truth['link2.mass']) < MASS_TOLERANCE, (mean, std, truth['link2.mass'])
+    for name in ('link1.mass', 'link2.mass'):     # the truth lies within the posterior
+        mean, std = estimate[name]
+        assert abs(mean - truth[name]) < 3.0 * std + 0.05, (name, mean, std, truth[name])
+    for name, (mean, std) in estimate.items():
+        assert math.isfinite(mean) and std >= 0.0
+    assert client.received == len(got['estimates']) and client.malformed == 0
+
+
+def test_a_dummy_controller_receives_pushed_parameters(live, ros):
+    controller, client = live['controller'], live['client']
+    assert ros.spin_until(lambda: controller.get_parameter(PUSHED).value != 0.0, 10.0)
+    pushed = controller.get_parameter(PUSHED).value
+    low, high = 0.5, 2.0                        # the configured bounds of link2.mass
+    assert low <= pushed <= high
+    # It is one of the recent means (pushes are rate limited, not every estimate).
+    recent = [e['link2.mass'][0] for e in live['got']['estimates'][-6:]]
+    assert min(abs(pushed - m) for m in recent) < 1e-9 or abs(pushed - recent[-1]) < 0.05
+
+
+def test_diagnostics_report_rates_lag_and_ess(live, ros):
+    got = live['got']
+
+    def windows():
+        return int(_status(got['diagnostics'][-1], 'estimator')[1]['windows'])
+
+    assert ros.spin_until(lambda: got['diagnostics'] and windows() >= CONVERGED_WINDOWS, 10.0)
+    msg = got['diagnostics'][-1]
+    level, values = _status(msg, 'input /joint_states')
+    assert level == OK and float(values['rate_hz']) == pytest.approx(200.0,
+                                                                                      rel=0.05)
+    _, values = _status(msg, 'estimator')
+    assert float(values['lag_s']) > 0.0 and float(values['iteration_time_s']) > 0.0
+    assert 1.0 <= float(values['ess']) <= 16.0
+    assert int(values['divergences']) == 0
+
+
+def test_bad_joint_states_are_counted_without_stopping_the_estimates(live, ros):
+    got = live['got']
+    pub = ros.node.create_publisher(JointState, '/joint_states', 10)
+    try:
+        ros.spin_for(1.0)                        # discovery
+        now = ros.node.get_clock().now().nanoseconds * 1e-9
+        bad = [
+            messages.arrays_to_joint_state(now, ['joint1', 'joint2'], [math.nan, 0.0],
+                                           [0.0, 0.0], [0.0, 0.0]),
+            messages.arrays_to_joint_state(now, ['joint1', 'joint2'], [0.0], [0.0, 0.0],
+                                           [0.0, 0.0]),
+            messages.arrays_to_joint_state(now, ['joint1', 'joint9'], [0.0, 0.0], [0.0, 0.0],
+                                           [0.0, 0.0]),
+            messages.arrays_to_joint_state(now - 0.5, ['joint2', 'joint1'], [0.0, 0.0],
+                                           [0.0, 0.0], [0.0, 0.0]),
+        ]
+        for msg in bad:
+            pub.publish(msg)
+        count = len(got['estimates'])
+
+        def counted():
+            if not got['diagnostics']:
+                return False
+            _, values = _status(got['diagnostics'][-1], 'window buffer')
+            return all(int(values[f'rejected.{r}']) >= 1 for r in
+                       ('nonfinite', 'wrong_length', 'missing_joint', 'out_of_order'))
+
+        assert ros.spin_until(counted, 10.0), _status(got['diagnostics'][-1], 'window buffer')
+        assert ros.spin_until(lambda: len(got['estimates']) > count + 1, 15.0)
+        assert live['est'].proc.poll() is None
+    finally:
+        ros.node.destroy_publisher(pub)
+
+
+@pytest.mark.slow
+def test_the_payload_change_is_tracked(live, ros):
+    got = live['got']
+    response = ros.call(Trigger, '/sim_robot/pick_up_payload', Trigger.Request())
+    assert response.success, response.message
+    assert ros.spin_until(lambda: got['truth'] and _held(got['truth'][-1]), 10.0)
+    before = _truth(got['truth'][0])['link2.mass']
+    after = _truth(got['truth'][-1])['link2.mass']
+    count = len(got['estimates'])
+    assert ros.spin_until(lambda: len(got['estimates']) >= count + 15, 120.0)
+    mean, _ = got['estimates'][-1]['link2.mass']
+    assert abs(mean - after) < MASS_TOLERANCE + 0.05
+    assert abs(mean - after) < abs(mean - before)
+
+
+def test_a_silent_topic_goes_warn_then_stale(live, ros):
+    got = live['got']
+    assert live['sim'].interrupt(timeout=20.0) == 0
+    levels = []
+
+    def level():
+        if got['diagnostics']:
+            levels.append(_status(got['diagnostics'][-1], 'input /joint_states')[0])
+        return levels and levels[-1] == STALE
+
+    assert ros.spin_until(level, 15.0), levels
+    seen = [lv for i, lv in enumerate(levels) if i == 0 or lv != levels[i - 1]]
+    assert seen[-2:] == [WARN, STALE], levels
+
+
+def test_sigint_during_inference_leaves_a_readable_posterior(live, ros, start_node):
+    got = live['got']
+    sim = start_node('sysid_ros.ros.sim_robot', *SIM_ARGS)   # the data come back
+    count = len(got['estimates'])
+    assert ros.spin_until(lambda: len(got['estimates']) > count or sim.proc.poll() is not None,
+                          60.0), sim.output()
+    ros.spin_for(0.3)                            # the next window is being inferred
+    est = live['est']
+    assert est.interrupt(timeout=30.0) == 0, est.output()
+    assert 'posterior written to' in est.output()
+    npz, yml = online.posterior_paths(live['save'])
+    particles = online.load_posterior(npz, list(got['estimates'][-1]))
+    assert particles.shape == (16, 4) and np.all(np.isfinite(particles))
+    with open(yml) as f:
+        summary = yaml.safe_load(f)
+    assert summary['windows'] >= CONVERGED_WINDOWS and summary['divergences'] == 0
+    sim.interrupt(timeout=20.0)
+
+
+def test_a_bad_config_stops_the_node_with_one_clear_message(bad_config_run):
+    status = bad_config_run.wait(60.0)
+    out = bad_config_run.output()
+    assert status == 2, out
+    errors = [line for line in out.splitlines() if 'error' in line.lower()]
+    assert errors == ['estimator: error: /nonexistent/live.yaml: cannot read: No such file '
+                      'or directory'], out
+    assert 'Traceback' not in out
