@@ -13,7 +13,8 @@ setup(
         ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
         ('share/' + package_name, ['package.xml']),
         (os.path.join('share', package_name, 'launch'), glob('launch/*.launch.py')),
-        (os.path.join('share', package_name, 'config'), glob('config/*.yaml')),
+        (os.path.join('share', package_name, 'config'),
+         glob('config/*.yaml') + glob('config/*.xml')),
     ],
     python_requires='>=3.10',
     install_requires=[
@@ -37,6 +38,8 @@ setup(
         'console_scripts': [
             'sysid = sysid_ros.cli:main',
             'sim_robot = sysid_ros.ros.sim_robot:main',
+            'estimator = sysid_ros.ros.estimator:main',
+            'bag_player = sysid_ros.ros.bag_player:main',
         ],
     },
 )

@@ -1,8 +1,10 @@
-"""The `sysid` command line: `sysid verify`, `sysid fit`, `sysid simulate`, `sysid demo`."""
+"""The `sysid` command line: `sysid verify`, `sysid fit`, `sysid evaluate`, `sysid record`,
+`sysid simulate`, `sysid demo`, `sysid convert`."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import pathlib
 import sys
@@ -121,8 +123,15 @@ def _cmd_fit(args) -> int:
     from sysid_ros.io import pipeline, results
 
     cfg = config_io.load_yaml(args.config)
+    if args.particles:
+        cfg = dataclasses.replace(cfg, estimator=dataclasses.replace(
+            cfg.estimator, particles=args.particles))
     problem = pipeline.build_problem(cfg)
-    trajectories = pipeline.prepare_trajectories(problem, args.data)   # bad data: fail early
+    if args.bag:
+        fit_data, held_out = _read_bag_split(problem, args.bag)
+    else:
+        fit_data, held_out = args.data, None
+    trajectories = pipeline.prepare_trajectories(problem, fit_data)   # bad data: fail early
     method = args.method or cfg.estimator.method
     progress = _Progress(f'sysid fit [{method}]')
     try:
@@ -130,11 +139,20 @@ def _cmd_fit(args) -> int:
                               iterations=args.iterations)
     finally:
         progress.close()
-    extra = {'config': os.path.abspath(args.config),
-             'data': [os.path.abspath(p) for p in args.data]}
+    extra = {'config': os.path.abspath(args.config)}
+    scores = figures = None
+    if args.bag:
+        extra['bag'] = os.path.abspath(args.bag)
+        scores, figures = _held_out_report(problem, result.particles, held_out or trajectories,
+                                           'held-out' if held_out else 'training')
+    else:
+        extra['data'] = [os.path.abspath(p) for p in args.data]
     out = results.write_results(args.out, result, extra=extra,
-                                urdf=pipeline.identified_urdf(problem, result.mean))
+                                urdf=pipeline.identified_urdf(problem, result.mean),
+                                metrics=scores, figures=figures)
     print(_estimate_table(result))
+    if scores is not None:
+        print(_metrics_line(scores))
     print(f'{method}: {result.iterations} iterations, final loss {result.final_loss:.4e}, '
           f'{result.wall_time:.1f} s; consistent: {bool(result.consistent.all())}; '
           f'results in {out}')
@@ -142,6 +160,105 @@ def _cmd_fit(args) -> int:
         print(f'sysid fit: interrupted; wrote the best result so far to {out}',
               file=sys.stderr)
         return 130
+    return 0
+
+
+def _read_bag_split(problem, bag: str):
+    """Trajectories of a bag, split into (fit, held out) by `data.holdout`."""
+    from sysid_ros.io import bags
+
+    segments = bags.read_bag(bag, problem.joint_names, problem.config.data)
+    fit_part, held = bags.split_holdout(segments, problem.config.data.holdout)
+    print(f'{bag}: {len(segments)} trajectories ({len(fit_part)} fitted, {len(held)} held '
+          f'out), {sum(s.trajectory.duration for s in segments):.1f} s at '
+          f'{problem.config.data.rate:g} Hz', file=sys.stderr)
+    return [s.trajectory for s in fit_part], [s.trajectory for s in held]
+
+
+def _held_out_report(problem, particles, trajectories, evaluated_on: str):
+    """(metrics.json content, figure writer) for posterior `particles` on `trajectories`."""
+    from sysid_ros.io import segments
+
+    held = segments.rollouts(problem, particles, trajectories)
+    scores = dict(segments.posterior_metrics(problem, held), evaluated_on=evaluated_on)
+
+    def figures(folder: str) -> None:
+        try:
+            from sysid_ros.io import report
+        except ImportError:         # the report figures are optional
+            return
+        nv = problem.model.nv
+        labels = [f'q {j} [rad]' for j in problem.joint_names] + [
+            f'qd {j} [rad/s]' for j in problem.joint_names]
+        report.plot_trajectory_density(
+            os.path.join(folder, 'trajectory_density.png'), held.t, held.sim[:, 0],
+            held.real[:1], labels=labels[:2 * nv],
+            title=f'posterior rollouts vs {evaluated_on} segment 1')
+        report.plot_posterior(os.path.join(folder, 'posterior.png'), particles,
+                              problem.names, bounds=list(zip(problem.spec.lower_bounds,
+                                                             problem.spec.upper_bounds)))
+    return scores, figures
+
+
+def _metrics_line(scores) -> str:
+    return (f'{scores["evaluated_on"]} ({scores["num_segments"]} segments of '
+            f'{scores["horizon"]} steps): KL(real||sim) {scores["kl_real_sim"]:.4g}  '
+            f'KL(sim||real) {scores["kl_sim_real"]:.4g}  MMD {scores["mmd"]:.4g}  '
+            f'log-lik {scores["log_likelihood"]:.6g}  NMSE {scores["nmse"]:.4g}')
+
+
+# ------------------------------------------------------------------------------------------
+# evaluate
+# ------------------------------------------------------------------------------------------
+
+def _cmd_evaluate(args) -> int:
+    import json
+
+    import numpy as np
+
+    from sysid_ros.io import config as config_io
+    from sysid_ros.io import pipeline, results
+    from sysid_ros.io.trajectory import DataError
+
+    posterior = os.path.join(args.posterior, 'posterior.npz')
+    if not os.path.isfile(posterior):
+        raise DataError(f'{posterior}: --posterior: no saved posterior (run sysid fit first)')
+    config = args.config or results.read_estimate(args.posterior).get('config')
+    if not config:
+        raise DataError(f'{args.posterior}: estimate.yaml names no config; pass --config')
+    problem = pipeline.build_problem(config_io.load_yaml(config))
+    with np.load(posterior, allow_pickle=False) as saved:
+        particles, names = saved['particles'], tuple(str(n) for n in saved['names'])
+    if names != problem.names:
+        raise DataError(f'{posterior}: parameters {list(names)} do not match those of '
+                        f'{config}: {list(problem.names)}')
+    from sysid_ros.io import bags
+
+    trajectories = [s.trajectory for s in bags.read_bag(args.bag, problem.joint_names,
+                                                        problem.config.data)]
+    scores, _ = _held_out_report(problem, particles, trajectories, 'evaluation bag')
+    scores.update(bag=os.path.abspath(args.bag), posterior=os.path.abspath(args.posterior))
+    print(_metrics_line(scores))
+    if args.out:
+        tmp = f'{args.out}.tmp{os.getpid()}'
+        with open(tmp, 'w', encoding='utf-8') as f:
+            json.dump(scores, f, indent=2)
+        os.replace(tmp, args.out)
+    return 0
+
+
+def _cmd_record(args) -> int:
+    from sysid_ros.io import config as config_io
+    from sysid_ros.io.trajectory import DataError
+
+    data = config_io.load_yaml(args.config).data
+    if os.path.lexists(args.out):
+        raise DataError(f'{args.out}: --out: exists already; a bag is never overwritten')
+    from sysid_ros.ros import recorder
+
+    print(f'sysid record: recording into {args.out}; Ctrl-C stops', file=sys.stderr)
+    counts = recorder.record(data, args.out, storage=args.storage, duration=args.duration)
+    print(f'{args.out}: ' + ', '.join(f'{topic} {n}' for topic, n in counts.items()))
     return 0
 
 
@@ -164,6 +281,27 @@ def _cmd_simulate(args) -> int:
     return 0
 
 
+def _cmd_convert(args) -> int:
+    from sysid_ros.io import bags, datasets
+    from sysid_ros.io.errors import InputError
+
+    trajs = datasets.load_dataset(args.dataset, args.source, args.runs)
+    runs = args.runs or datasets.list_runs(args.dataset, args.source)
+    provenance = {'sysid_convert.dataset': args.dataset,
+                  'sysid_convert.source': os.path.abspath(args.source),
+                  'sysid_convert.runs': ','.join(str(r) for r in runs),
+                  'sysid_convert.preprocessing': datasets.describe(args.dataset)}
+    try:
+        bags.write_trajectory_bag(args.out, trajs, storage=args.storage,
+                                  custom_data=provenance)
+    except FileExistsError as exc:
+        raise InputError(str(exc)) from None
+    print(f'{args.out}: {len(trajs)} run(s) of {args.dataset} '
+          f'({sum(t.num_samples for t in trajs)} samples, joints '
+          f'{", ".join(trajs[0].joint_names)})')
+    return 0
+
+
 # ------------------------------------------------------------------------------------------
 # demo
 # ------------------------------------------------------------------------------------------
@@ -175,6 +313,24 @@ DEMO_TRUTH = {'link2.com.x': 0.04, 'joint1.damping': 0.15, 'joint2.damping': 0.0
 # of the same attribute (plus offsets, for values that may be 0).
 DEMO_SCALE = {'mass': 1.3, 'inertia.iyy': 1.25, 'damping': 2.0}
 DEMO_OFFSET = {'com.x': -0.06}
+
+
+LIVE_DEMO_CONFIG = 'double_pendulum_live.yaml'
+
+
+def _cmd_live_demo(args) -> int:
+    from sysid_ros.io import config as config_io
+    from sysid_ros.io import pipeline
+    from sysid_ros.ros import live_demo
+
+    config_path = args.config or _packaged_config(LIVE_DEMO_CONFIG)
+    spec = pipeline.build_problem(config_io.load_yaml(config_path)).spec   # bad config: stop here
+    bounds = {name: (float(lo), float(hi))
+              for name, lo, hi in zip(spec.names, spec.lower_bounds, spec.upper_bounds)}
+    settings = live_demo.DemoSettings(
+        config=config_path, out_dir=args.out, duration=args.duration, tolerance=args.tolerance,
+        seed=args.seed, fastdds_profile=_packaged_config('fastdds_localhost.xml'))
+    return live_demo.run(settings, spec.names, bounds)
 
 
 def _packaged_config(name: str) -> str:
@@ -337,8 +493,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser('fit', help='identify parameters from recorded trajectories')
     p.add_argument('--config', required=True, help='problem configuration (YAML)')
-    p.add_argument('--data', required=True, nargs='+', metavar='PATH',
-                   help='trajectories (.npz or .csv; see sysid_ros.io.trajectory)')
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument('--data', nargs='+', metavar='PATH',
+                        help='trajectories (.npz or .csv; see sysid_ros.io.trajectory)')
+    source.add_argument('--bag', metavar='PATH', help='a rosbag (rosbag2 folder, sqlite3 or '
+                        'mcap, or ROS 1 .bag), cut and held out as data.gap, data.segments '
+                        'and data.holdout say; also writes metrics.json and report figures')
     p.add_argument('--out', required=True, metavar='DIR', help='output folder')
     from sysid_ros.io.config import METHODS
     p.add_argument('--method', choices=METHODS,
@@ -346,7 +506,27 @@ def build_parser() -> argparse.ArgumentParser:
                    'sgld, nuts, emcee and cem write their posterior particles')
     p.add_argument('--iterations', type=_positive_int, metavar='K',
                    help='optimiser steps (default: estimator.iterations)')
+    p.add_argument('--particles', type=_positive_int, metavar='N',
+                   help='particles (default: estimator.particles)')
     p.set_defaults(func=_cmd_fit)
+
+    p = sub.add_parser('evaluate', help='score a saved posterior on another recording')
+    p.add_argument('--posterior', required=True, metavar='DIR', help='output folder of '
+                   'sysid fit (posterior.npz, estimate.yaml)')
+    p.add_argument('--bag', required=True, metavar='PATH', help='the recording to score on')
+    p.add_argument('--config', help='problem configuration (default: the one of the fit)')
+    p.add_argument('--out', metavar='FILE', help='also write the metrics as JSON here')
+    p.set_defaults(func=_cmd_evaluate)
+
+    p = sub.add_parser('record', help='record the configured topics into a rosbag2 (Ctrl-C '
+                       'stops and closes it)')
+    p.add_argument('--config', required=True, help='problem configuration (YAML): its data '
+                   'section names the topics')
+    p.add_argument('--out', required=True, metavar='BAG', help='rosbag2 folder to create')
+    p.add_argument('--storage', choices=('sqlite3', 'mcap'), default='mcap')
+    p.add_argument('--duration', type=_positive_float, metavar='S',
+                   help='stop after S seconds (default: at Ctrl-C)')
+    p.set_defaults(func=_cmd_record)
 
     p = sub.add_parser('simulate', help='simulate the configured model (nominal parameters) '
                        'under a random excitation')
@@ -359,7 +539,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--seed', type=int, default=0, metavar='N')
     p.set_defaults(func=_cmd_simulate)
 
-    p = sub.add_parser('demo', help='offline identification demo on a simulated double '
+    p = sub.add_parser('convert', help='convert a public robot dataset into a rosbag2 of '
+                       'joint states')
+    p.add_argument('--dataset', required=True,
+                   choices=('ibm-double-pendulum', 'kuka-lwr4', 'panda-gaz2019'))
+    p.add_argument('--source', required=True, metavar='DIR', help='the dataset folder')
+    p.add_argument('--out', required=True, metavar='BAG', help='rosbag2 folder to create')
+    p.add_argument('--runs', nargs='+', metavar='RUN', help='runs to convert (default all)')
+    p.add_argument('--storage', choices=('sqlite3', 'mcap'), default='sqlite3')
+    p.set_defaults(func=_cmd_convert)
+
+    p = sub.add_parser('demo', help='the live demo: sim_robot and estimator nodes over DDS, '
+                       'true vs estimated parameters')
+    p.add_argument('--out', default=os.path.join('out', 'live_demo'), metavar='DIR',
+                   help='node logs and the saved posterior (default out/live_demo)')
+    p.add_argument('--config', help=f'problem configuration of both nodes (default: the '
+                   f'packaged {LIVE_DEMO_CONFIG})')
+    p.add_argument('--duration', type=_positive_float, default=60.0, metavar='S',
+                   help='seconds of live estimates to collect (default 60)')
+    p.add_argument('--tolerance', type=_positive_float, default=0.1, metavar='F',
+                   help='converged: every mean within F times its bounds width of the truth '
+                   '(default 0.1)')
+    p.add_argument('--seed', type=int, default=0, metavar='N',
+                   help='seed of the hidden truth, excitation and noise')
+    p.set_defaults(func=_cmd_live_demo)
+
+    p = sub.add_parser('demo-offline', help='offline identification demo on a simulated double '
                        'pendulum (NEA and DiffNEA)')
     p.add_argument('--out', default=os.path.join('out', 'demo'), metavar='DIR',
                    help='output folder (default out/demo)')

@@ -8,7 +8,9 @@
   * `posterior.npz`: `particles` (P, M) in physical units, `names` (M,), `initial` (P, M),
     `lower`, `upper` (M,), `loss_history` (K,);
   * `history.csv`: `iteration,loss`;
-  * `convergence.png`: loss per iteration (log scale), drawn with matplotlib's Agg backend.
+  * `convergence.png`: loss per iteration (log scale), drawn with matplotlib's Agg backend;
+  * with `metrics`: `metrics.json` (held-out scores, see `io.segments.posterior_metrics`);
+  * with `figures`: the PNGs that `figures(folder)` draws (`FIGURES`).
 
 Atomicity: everything is first written into a fresh temporary folder beside `out_dir` (in its
 parent, so on the same file system), then that folder replaces `out_dir` by renames. A run that
@@ -18,10 +20,11 @@ previous results under `<out_dir>.old-*`, never a half-written `out_dir`.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import yaml
@@ -29,7 +32,10 @@ import yaml
 from sysid_ros.io.errors import InputError
 
 __all__ = [
+    'BASE_FILES',
+    'EVALUATION_FILES',
     'FILES',
+    'FIGURES',
     'ResultsError',
     'write_results',
     'read_estimate',
@@ -37,8 +43,12 @@ __all__ = [
     'plot_convergence',
 ]
 
-FILES = ('estimate.yaml', 'posterior.npz', 'history.csv', 'convergence.png',
-         'robot_identified.urdf')
+FIGURES = ('trajectory_density.png', 'posterior.png')
+# Written by every fit / only by fits that are evaluated on trajectories (`sysid fit --bag`).
+BASE_FILES = ('estimate.yaml', 'posterior.npz', 'history.csv', 'convergence.png',
+              'robot_identified.urdf')
+EVALUATION_FILES = ('metrics.json',) + FIGURES
+FILES = BASE_FILES + EVALUATION_FILES
 
 
 class ResultsError(InputError):
@@ -108,7 +118,8 @@ def plot_convergence(path: str, history: np.ndarray, title: str = '') -> None:
 
 
 def _write_all(folder: str, result, extra: Mapping[str, Any] | None,
-               urdf: str | None) -> None:
+               urdf: str | None, metrics: Mapping[str, Any] | None = None,
+               figures: Callable[[str], None] | None = None) -> None:
     content = estimate_dict(result)
     if extra:
         content.update(_plain(dict(extra)))
@@ -126,10 +137,16 @@ def _write_all(folder: str, result, extra: Mapping[str, Any] | None,
     if urdf is not None:
         with open(os.path.join(folder, 'robot_identified.urdf'), 'w', encoding='utf-8') as f:
             f.write(urdf)
+    if metrics is not None:
+        with open(os.path.join(folder, 'metrics.json'), 'w', encoding='utf-8') as f:
+            json.dump(_plain(dict(metrics)), f, indent=2)   # NaN is written as NaN
+    if figures is not None:
+        figures(folder)
 
 
 def write_results(out_dir: str | os.PathLike, result, extra: Mapping[str, Any] | None = None,
-                  urdf: str | None = None) -> str:
+                  urdf: str | None = None, metrics: Mapping[str, Any] | None = None,
+                  figures: Callable[[str], None] | None = None) -> str:
     """Write all result files of `result` (a `pipeline.FitResult`) into `out_dir`, atomically.
 
     Files already in `out_dir` that this function does not write are carried over into the
@@ -140,6 +157,9 @@ def write_results(out_dir: str | os.PathLike, result, extra: Mapping[str, Any] |
       result: the fit result.
       extra: more top-level entries for `estimate.yaml` (e.g. the config and data paths).
       urdf: text of `robot_identified.urdf` (the model with the estimate written in).
+      metrics: content of `metrics.json`.
+      figures: draws more PNGs into the folder it is given (before the swap, so a failing
+        plot leaves the previous results in place).
 
     Returns:
       The absolute path of `out_dir`.
@@ -159,7 +179,7 @@ def write_results(out_dir: str | os.PathLike, result, extra: Mapping[str, Any] |
         raise ResultsError(f'{out_dir}: --out: cannot write here: {exc.strerror}') from exc
     old = None
     try:
-        _write_all(tmp, result, extra, urdf)
+        _write_all(tmp, result, extra, urdf, metrics, figures)
         if os.path.isdir(out_dir):
             for name in os.listdir(out_dir):
                 if name not in FILES:

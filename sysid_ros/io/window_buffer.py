@@ -45,6 +45,7 @@ __all__ = [
     'Window',
     'BufferStats',
     'WindowBuffer',
+    'interpolate',
 ]
 
 TORQUE_SOURCES = ('effort', 'command')
@@ -159,8 +160,9 @@ class _Stream:
         return self._t[self._start:self._stop], self._v[self._start:self._stop]
 
 
-def _interp(t: np.ndarray, v: np.ndarray, grid: np.ndarray) -> np.ndarray:
-    """Linear interpolation of rows `v` (N, d) at stamps `t` (N,) onto `grid` (T,)."""
+def interpolate(t: np.ndarray, v: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Linear interpolation of rows `v` (N, d) at stamps `t` (N,) onto `grid` (T,); held
+    constant outside `t` (also used by `io.bags` to resample recordings)."""
     i = np.clip(np.searchsorted(t, grid, side='right') - 1, 0, len(t) - 2)
     w = np.clip((grid - t[i]) / (t[i + 1] - t[i]), 0.0, 1.0)[:, None]
     return v[i] * (1.0 - w) + v[i + 1] * w
@@ -397,16 +399,16 @@ class WindowBuffer:
             grid_index = self._next + np.arange(self.num_samples)
             grid = grid_index / self.rate
             t, v = self._joints.view()
-            joints = _interp(t, v, grid)
+            joints = interpolate(t, v, grid)
             nv = self.nv
             q, qd = joints[:, :nv], joints[:, nv:2 * nv]
             if self._commands is None:
                 tau = joints[:, 2 * nv:]
             else:
-                tau = _interp(*self._commands.view(), grid)
+                tau = interpolate(*self._commands.view(), grid)
             mocap_p = mocap_quat = None
             if self.mocap_bodies:
-                poses = np.stack([_interp(*self._poses[b].view(), grid)
+                poses = np.stack([interpolate(*self._poses[b].view(), grid)
                                   for b in self.mocap_bodies], axis=1)
                 mocap_p = poses[..., :3]
                 quat = poses[..., 3:]

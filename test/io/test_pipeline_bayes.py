@@ -257,7 +257,7 @@ def test_cli_fit_csvgd_writes_the_posterior(problem, traj, tmp_path, capsys, csv
                      '--method', 'csvgd', '--iterations', '3']) == 0
     captured = capsys.readouterr()
     assert 'csvgd: 3 iterations' in captured.out and 'joint2.damping' in captured.out
-    assert sorted(os.listdir(out)) == sorted(results.FILES)
+    assert sorted(os.listdir(out)) == sorted(results.BASE_FILES)
     estimate = results.read_estimate(out)
     assert estimate['method'] == 'csvgd' and estimate['num_particles'] == PARTICLES
     assert estimate['diagnostics']['likelihood'] == 'product'

@@ -23,7 +23,7 @@ def test_write_results_files_and_content(tmp_path):
     urdf = '<robot name="identified"/>'
     out = results.write_results(tmp_path / 'out', _result(), extra={'data': ['a.npz']},
                                 urdf=urdf)
-    assert sorted(os.listdir(out)) == sorted(results.FILES)
+    assert sorted(os.listdir(out)) == sorted(results.BASE_FILES)
     with open(os.path.join(out, 'robot_identified.urdf')) as f:
         assert f.read() == urdf
     estimate = results.read_estimate(out)

@@ -1,0 +1,135 @@
+"""`bag_player` node: plays a rosbag into its topics, with `/clock`, for machines without the
+`ros2` command line.
+
+Reads rosbag2 folders (sqlite3 or mcap, also those of `ros2 bag record`) and ROS 1 `.bag`
+files (converted to CDR) through `rosbags`, and publishes every message, as recorded, on its
+topic at its bag (receive) time: in real time (`rate` 1.0), faster (`rate` > 1) or as fast as
+possible (`rate` 0). `/clock` (rosgraph_msgs/Clock) carries the bag time before every message,
+so nodes with `use_sim_time` follow the recording. Topics whose message package is not
+importable here are skipped with a warning.
+
+Parameters:
+  bag (string): the recording (required).
+  rate (double, 1.0): playback speed factor; 0: no waiting.
+  topics (string array): topics to play; empty (default): all.
+  publish_clock (bool, true): publish /clock.
+  start_delay (double, 0.5): wall seconds to wait before the first message, so that
+    subscribers can connect [s].
+"""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+import sys
+import time
+
+import rclpy
+from rclpy.exceptions import ParameterUninitializedException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rosgraph_msgs.msg import Clock
+
+from sysid_ros.ros.messages import seconds_to_stamp
+
+__all__ = ['BagPlayer', 'main']
+
+_QUEUE = 1000
+
+
+def _message_class(msgtype: str):
+    """'sensor_msgs/msg/JointState' -> the Python class, or None if not importable."""
+    package, _, name = msgtype.rpartition('/')
+    try:
+        return getattr(importlib.import_module(package.replace('/', '.')), name)
+    except (ImportError, AttributeError):
+        return None
+
+
+class BagPlayer(Node):
+    """Publishes the messages of one bag; `play()` runs until the end of the bag."""
+
+    def __init__(self):
+        super().__init__('bag_player')
+        self.declare_parameter('bag', '')
+        self.declare_parameter('rate', 1.0)
+        self.declare_parameter('topics', Parameter.Type.STRING_ARRAY)
+        self.declare_parameter('publish_clock', True)
+        self.declare_parameter('start_delay', 0.5)
+        self.bag = pathlib.Path(self.get_parameter('bag').value)
+        self.rate = float(self.get_parameter('rate').value)
+        try:
+            self.topics = set(self.get_parameter('topics').value) or None
+        except ParameterUninitializedException:      # not given: every topic
+            self.topics = None
+        self.publish_clock = bool(self.get_parameter('publish_clock').value)
+        self.start_delay = float(self.get_parameter('start_delay').value)
+        if not str(self.get_parameter('bag').value):
+            raise ValueError('bag: expected the path of a rosbag (-p bag:=PATH)')
+        if not self.rate >= 0.0:
+            raise ValueError(f'rate: expected a number >= 0, got {self.rate!r}')
+        if not self.bag.exists():
+            raise ValueError(f'{self.bag}: bag not found')
+        self.published = 0
+
+    def play(self) -> int:
+        """Publish the bag once; returns the number of messages published."""
+        from rosbags.highlevel import AnyReader
+
+        qos = QoSProfile(depth=_QUEUE, reliability=ReliabilityPolicy.RELIABLE)
+        clock = self.create_publisher(Clock, '/clock', 10) if self.publish_clock else None
+        with AnyReader([self.bag]) as reader:
+            publishers, conns = {}, []
+            for conn in reader.connections:
+                if self.topics is not None and conn.topic not in self.topics:
+                    continue
+                cls = _message_class(conn.msgtype)
+                if cls is None:
+                    self.get_logger().warning(f'{conn.topic}: message type {conn.msgtype} not '
+                                              'available here; skipped')
+                    continue
+                if conn.topic not in publishers:
+                    publishers[conn.topic] = self.create_publisher(cls, conn.topic, qos)
+                conns.append(conn)
+            self.get_logger().info(f'{self.bag}: playing {len(publishers)} topics, '
+                                   f'{reader.duration * 1e-9:.1f} s at rate {self.rate:g}')
+            time.sleep(self.start_delay)
+            wall0, bag0 = time.monotonic(), None
+            for conn, ns, raw in reader.messages(connections=conns):
+                bag0 = ns if bag0 is None else bag0
+                if self.rate > 0.0:
+                    delay = wall0 + (ns - bag0) * 1e-9 / self.rate - time.monotonic()
+                    if delay > 0.0:
+                        time.sleep(delay)
+                if not reader.is2:
+                    raw = reader.typestore.ros1_to_cdr(raw, conn.msgtype)
+                if clock is not None:
+                    clock.publish(Clock(clock=seconds_to_stamp(ns * 1e-9)))
+                publishers[conn.topic].publish(bytes(raw))
+                self.published += 1
+        self.get_logger().info(f'{self.bag}: done, {self.published} messages published')
+        return self.published
+
+
+def main(args=None) -> int:
+    rclpy.init(args=args)
+    code = 0
+    node = None
+    try:
+        node = BagPlayer()
+        node.play()
+    except KeyboardInterrupt:
+        pass
+    except ValueError as exc:
+        print(f'bag_player: {exc}', file=sys.stderr)
+        code = 1
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return code
+
+
+if __name__ == '__main__':
+    sys.exit(main())

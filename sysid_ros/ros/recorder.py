@@ -1,0 +1,91 @@
+"""Records the configured topics into a new rosbag2 with `rosbags` (`sysid record`).
+
+Topics (from the problem configuration's `data` section): `joint_states_topic`
+(sensor_msgs/JointState), the torque topic when `torque_source` names one
+(std_msgs/Float64MultiArray) and `mocap_topics` (geometry_msgs/PoseStamped). Messages are
+stored as received (serialised CDR, no decoding) under their receive time, as `ros2 bag
+record` does. Ctrl-C (SIGINT) stops the recording and closes the bag, so it is complete and
+readable; the bag is written into a temporary folder beside `out` and renamed into place
+when closed (`io.bags.new_bag`).
+"""
+
+from __future__ import annotations
+
+from geometry_msgs.msg import PoseStamped
+import rclpy
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+
+from sysid_ros.io import bags
+from sysid_ros.io.config import TORQUE_FROM_JOINT_STATES
+
+__all__ = ['Recorder', 'record_topics', 'record']
+
+_QUEUE = 1000
+_TYPES = {JointState: 'sensor_msgs/msg/JointState',
+          Float64MultiArray: 'std_msgs/msg/Float64MultiArray',
+          PoseStamped: 'geometry_msgs/msg/PoseStamped'}
+
+
+def record_topics(data) -> dict[str, type]:
+    """{topic: message class} to record for a `DataConfig`."""
+    topics = {data.joint_states_topic: JointState}
+    if data.torque_source != TORQUE_FROM_JOINT_STATES:
+        topics[data.torque_source] = Float64MultiArray
+    topics.update({topic: PoseStamped for topic in data.mocap_topics})
+    return topics
+
+
+class Recorder(Node):
+    """Subscribes `topics` ({name: message class}) and writes what arrives into `writer`."""
+
+    def __init__(self, writer, topics: dict[str, type]):
+        super().__init__('sysid_recorder')
+        from rosbags.typesys import get_typestore, Stores
+
+        store = get_typestore(Stores.LATEST)
+        qos = QoSProfile(depth=_QUEUE, reliability=ReliabilityPolicy.RELIABLE)
+        self.writer = writer
+        self.counts = dict.fromkeys(topics, 0)
+        for topic, cls in topics.items():
+            conn = writer.add_connection(topic, _TYPES[cls], typestore=store)
+            self.create_subscription(cls, topic, self._callback(topic, conn), qos, raw=True)
+        self.get_logger().info(f'recording {", ".join(topics)}')
+
+    def _callback(self, topic: str, conn):
+        def on_message(raw: bytes) -> None:
+            self.writer.write(conn, self.get_clock().now().nanoseconds, raw)
+            self.counts[topic] += 1
+        return on_message
+
+
+def record(data, out, storage: str = 'mcap', duration: float | None = None) -> dict[str, int]:
+    """Record until Ctrl-C (or `duration` seconds) into the new bag `out`.
+
+    Returns:
+      Messages recorded per topic.
+
+    Raises:
+      FileExistsError: `out` exists.
+    """
+    rclpy.init()
+    try:
+        with bags.new_bag(out, storage) as writer:
+            node = Recorder(writer, record_topics(data))
+            try:
+                if duration is None:
+                    rclpy.spin(node)
+                else:
+                    end = node.get_clock().now().nanoseconds + duration * 1e9
+                    while rclpy.ok() and node.get_clock().now().nanoseconds < end:
+                        rclpy.spin_once(node, timeout_sec=0.05)
+            except (KeyboardInterrupt, ExternalShutdownException):
+                pass        # Ctrl-C: close the bag
+            counts = dict(node.counts)
+            node.destroy_node()
+    finally:
+        rclpy.try_shutdown()
+    return counts
