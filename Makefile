@@ -3,7 +3,7 @@
 #
 #   make test        fast tests (what CI runs, through .ci/run)
 #   make test-slow   the experiments marked @pytest.mark.slow
-#   make demo        offline identification demo (`sysid demo`)
+#   make demo        the live demo: sim_robot + estimator nodes over loopback DDS (`sysid demo`)
 #   make bench       every script in bench/ (BENCH_ARGS=--quick for the short variants)
 #   make colcon      colcon build of this package into $(COLCON_DIR)
 
