@@ -19,7 +19,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from sysid_ros.core import actuators, dynamics
+from sysid_ros.core import actuators, dynamics, variational
 from sysid_ros.core.types import Params, RobotModel
 
 
@@ -86,6 +86,7 @@ def rk4(model: RobotModel, params: Params, x, u, dt, actuator='viscous'):
 INTEGRATORS = {
     'semi_implicit_euler': semi_implicit_euler,
     'rk4': rk4,
+    'variational': variational.midpoint_step,
 }
 
 

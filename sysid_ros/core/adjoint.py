@@ -1,0 +1,154 @@
+"""Discrete adjoint gradient of a variational rollout (seed 002 eqs. 6-10, Lemma 1).
+
+The variational step x_k+1 = f(x_k, rho) (`variational.step`) is implicit: z = (q_k+1, lam_k)
+solves G(z; x_k, rho) = 0 (`variational.step_residual`) and p_k+1 = D2 Ld + Fd^+.
+Its linearisation dx_k+1 = A_k dx_k + B_k drho (eq. 6) follows from the implicit function
+theorem, dz = -G_z^-1 (G_x dx + G_rho drho), which is eqs. 7-8 with the multiplier
+derivative d lam / d q_k of eq. 7a included; B_k is the partial derivative at fixed x_k,
+which is what Lemma 1 needs. For a cost
+
+  J(rho) = sum_{k=1}^{kf} l(x_k, rho) + m(x_kf, rho),
+
+Lemma 1 gives DJ = sum_k mu_k B_{k-1} + sum_k D2 l(x_k) + D2 m, with the costate recursion
+mu_k = mu_{k+1} A_k + D1 l(x_k) from mu_kf = D1 l(x_kf) + D1 m(x_kf) (eqs. 9-10; the paper
+calls the costate lambda; here mu, to keep lambda for the constraint multipliers).
+
+`projected_armijo_descent` is the seed's optimiser: steepest descent with an Armijo line
+search, projected onto box bounds.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sysid_ros.core import variational
+from sysid_ros.core.variational import MechanicalSystem
+
+
+def linearize_step(system: MechanicalSystem, x, x_next, multiplier, u, rho, dt):
+    """A_k (2nq, 2nq) and B_k (2nq, np) of one variational step (eqs. 6-8).
+
+    Args:
+      x, x_next: (2 nq,) states [q; p] at k and k+1 (from `variational.rollout`).
+      multiplier: (nh,) lam_k of the step; u: the step's input; rho: (np,) parameters.
+    """
+    nq = system.nq
+    z = jnp.concatenate([x_next[:nq], multiplier])
+
+    def residual(z, x, rho):
+        return variational.step_residual(system, x[:nq], x[nq:], z[:nq], z[nq:], u, rho, dt)
+
+    G_z, G_x, G_rho = jax.jacfwd(residual, argnums=(0, 1, 2))(z, x, rho)
+    dz = -jnp.linalg.solve(G_z, jnp.concatenate([G_x, G_rho], axis=1))
+    dq1_dx, dq1_drho = dz[:nq, :2 * nq], dz[:nq, 2 * nq:]
+    P_q0, P_q1, P_rho = jax.jacfwd(variational.momentum, argnums=(1, 2, 4))(
+        system, x[:nq], x_next[:nq], u, rho, dt)
+    dp1_dx = P_q1 @ dq1_dx + jnp.concatenate([P_q0, jnp.zeros_like(P_q0)], axis=1)
+    dp1_drho = P_q1 @ dq1_drho + P_rho
+    A = jnp.concatenate([dq1_dx, dp1_dx], axis=0)
+    B = jnp.concatenate([dq1_drho, dp1_drho], axis=0)
+    return A, B
+
+
+def trajectory_cost(running_cost: Callable, terminal_cost: Callable, states, targets, rho):
+    """J = sum_{k=1}^{kf} l(x_k, target_k, rho) + m(x_kf, target_kf, rho).
+
+    Args:
+      running_cost, terminal_cost: (x (2nq,), target (pytree), rho) -> scalar.
+      states: (kf + 1, 2 nq) rollout states; targets: pytree with leading axis kf + 1.
+    """
+    last = jax.tree_util.tree_map(lambda t: t[-1], targets)
+    rest = jax.tree_util.tree_map(lambda t: t[1:], targets)
+    running = jax.vmap(running_cost, in_axes=(0, 0, None))(states[1:], rest, rho)
+    return jnp.sum(running) + terminal_cost(states[-1], last, rho)
+
+
+def adjoint_gradient(system: MechanicalSystem, running_cost: Callable, terminal_cost: Callable,
+                     states, info: variational.StepInfo, inputs, targets, rho, dt):
+    """DJ/drho (np,) by the discrete adjoint of Lemma 1, backwards over a finished rollout.
+
+    Args:
+      states, info: `variational.rollout` output for (inputs, rho) (states (kf+1, 2nq)).
+      inputs: the rollout's per-step inputs (leading axis kf); targets: as `trajectory_cost`.
+    """
+    kf = states.shape[0] - 1
+    d_running = jax.grad(running_cost, argnums=(0, 2))
+    d_terminal = jax.grad(terminal_cost, argnums=(0, 2))
+    at = lambda tree, k: jax.tree_util.tree_map(lambda t: t[k], tree)  # noqa: E731
+    dl_x, dl_rho = d_running(states[kf], at(targets, kf), rho)
+    dm_x, dm_rho = d_terminal(states[kf], at(targets, kf), rho)
+    costate = dl_x + dm_x
+    grad = dl_rho + dm_rho
+
+    def backward(carry, k):
+        costate, grad = carry
+        A, B = linearize_step(system, states[k], states[k + 1], at(info.multiplier, k),
+                              at(inputs, k), rho, dt)
+        grad = grad + costate @ B
+        dl_x, dl_rho = d_running(states[k], at(targets, k), rho)
+        keep = (k >= 1).astype(states.dtype)
+        return (costate @ A + keep * dl_x, grad + keep * dl_rho), None
+
+    (_, grad), _ = jax.lax.scan(backward, (costate, grad), jnp.arange(kf - 1, -1, -1))
+    return grad
+
+
+class DescentResult(NamedTuple):
+    """Outcome of `projected_armijo_descent`.
+
+    Attributes:
+      rho: (np,) final parameters; cost: final cost; iterations: steps taken;
+      gradient_norm: norm of the projected gradient at rho; history: list of (cost, rho).
+    """
+
+    rho: np.ndarray
+    cost: float
+    iterations: int
+    gradient_norm: float
+    history: list
+
+
+def projected_armijo_descent(value_and_grad: Callable, cost: Callable, rho0, lower, upper,
+                             alpha: float = 0.4, beta: float = 0.4, step0: float = 1.0,
+                             max_iterations: int = 50, grad_tol: float = 1e-6,
+                             max_backtracks: int = 30) -> DescentResult:
+    """Steepest descent with an Armijo line search under box bounds (seed 002 IV-E).
+
+    rho_new = clip(rho - s g, lower, upper); accept the first s in step0 beta^j with
+    J(rho_new) <= J(rho) - alpha g . (rho - rho_new) (alpha = beta = 0.4 in the seed).
+    Runs on the host around jitted `value_and_grad` (rho -> (J, g)) and `cost` (rho -> J).
+
+    Stops when the projected gradient norm falls below grad_tol, when no step decreases the
+    cost, or after max_iterations.
+    """
+    lower, upper = np.asarray(lower, float), np.asarray(upper, float)
+    rho = np.clip(np.asarray(rho0, float), lower, upper)
+    value, grad = (np.asarray(a) for a in value_and_grad(rho))
+    history = [(float(value), rho.copy())]
+    step = step0
+    iterations = 0
+    for iterations in range(1, max_iterations + 1):
+        projected = rho - np.clip(rho - grad, lower, upper)
+        if np.linalg.norm(projected) < grad_tol:
+            iterations -= 1
+            break
+        for _ in range(max_backtracks):
+            candidate = np.clip(rho - step * grad, lower, upper)
+            candidate_value = float(cost(candidate))
+            if candidate_value <= value - alpha * grad @ (rho - candidate):
+                break
+            step *= beta
+        else:
+            iterations -= 1
+            break
+        rho = candidate
+        value, grad = (np.asarray(a) for a in value_and_grad(rho))
+        history.append((float(value), rho.copy()))
+        step = min(step / beta, step0)
+    projected = rho - np.clip(rho - grad, lower, upper)
+    return DescentResult(rho, float(value), iterations, float(np.linalg.norm(projected)),
+                         history)
