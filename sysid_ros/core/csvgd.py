@@ -188,7 +188,8 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
       params_fn: `params_fn(theta) -> Params` instead of `base_params`, for tied parameters
         (e.g. one link length that sets both a COM and the next joint's origin).
       log_prior_fn: `log_prior_fn(theta) -> ()` added to the log density (default: uniform
-        within the bounds).
+        within the bounds); `log_prior_fn(theta, prior) -> ()` when `step` is given a `prior`
+        (a pytree of arrays passed as data: changing its values does not recompile `step`).
       multiplier_rate: alpha, gradient-ascent rate of the multipliers (initial value of
         `CSVGDState.multiplier_rate`); keep it below damping / 10.
       damping: mu >= 0, weight of MDMM's damping term w mu / 2 |c|^2 (initial value of
@@ -201,7 +202,7 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
 
     Returns:
       Estimator with `init(key, theta, data) -> CSVGDState` (theta (P, M) physical, e.g.
-      from `sobol_particles`) and `step(state, data) -> (CSVGDState, CSVGDInfo)`.
+      from `sobol_particles`) and `step(state, data, prior=None) -> (CSVGDState, CSVGDInfo)`.
 
     Raises:
       ValueError: neither or both of base_params / params_fn, unknown kernel, damping < 0.
@@ -218,7 +219,7 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
         raise ValueError(f'csvgd: damping: expected >= 0, got {damping!r}')
     m = spec.num_params
 
-    def log_density(x, data):
+    def log_density(x, data, prior):
         """Per particle: (log p(x), normalised defects (C,)), log-likelihood as aux."""
         z = x[:m]
         theta = spec.from_unconstrained(z)
@@ -229,14 +230,15 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
         if jacobian:
             log_prob = log_prob + svgd.log_abs_det_jacobian(spec, z)
         if log_prior_fn is not None:
-            log_prob = log_prob + log_prior_fn(theta)
+            log_prob = log_prob + (log_prior_fn(theta) if prior is None
+                                   else log_prior_fn(theta, prior))
         return (log_prob, terms.defects.reshape(-1)), terms.log_lik
 
-    def scores(x, multipliers, damping, weight, data):
+    def scores(x, multipliers, damping, weight, data, prior):
         """Per particle: the score of log p and the gradient of the constraint terms
         w (lambda . c + mu / 2 |c|^2), from one forward and one (batched) backward pass."""
         (log_prob, defects), pullback, log_lik = jax.vjp(
-            lambda v: log_density(v, data), x, has_aux=True)
+            lambda v: log_density(v, data, prior), x, has_aux=True)
         # Both cotangents through one vmapped backward pass: the checkpointed simulation is
         # recomputed once instead of twice (~20 % of a step on the 11-parameter pendulum).
         cotangents = (jnp.stack([jnp.ones_like(log_prob), jnp.zeros_like(log_prob)]),
@@ -245,7 +247,7 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
         (both,) = jax.vmap(pullback)(cotangents)
         return log_prob, log_lik, defects, both[0], both[1]
 
-    batched_scores = jax.vmap(scores, in_axes=(0, 0, None, None, None))
+    batched_scores = jax.vmap(scores, in_axes=(0, 0, None, None, None, None))
 
     def constraint_weight(data):
         """w = H mean_o (state_scale_o / noise_std_o)^2 (see the module doc); for motion
@@ -288,7 +290,7 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
                           opt_state=opt_state, key=key, iteration=counter,
                           num_reseeded=counter, multiplier_rate=rate, damping=mu)
 
-    def step(state: CSVGDState, data: lik.TrajectoryData):
+    def step(state: CSVGDState, data: lik.TrajectoryData, prior=None):
         x, multipliers = state.particles, state.multipliers
         num, dim = x.shape
         active_mesh = svgd.resolve_mesh(mesh, num)
@@ -297,7 +299,7 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
         # 1. Per particle: score of log p and gradient of the constraint terms of its
         #    Lagrangian; all simulations of all particles in one vmapped call.
         log_prob, log_lik, defects, score, constraint = batched_scores(
-            x, multipliers, state.damping, constraint_weight(data), data)
+            x, multipliers, state.damping, constraint_weight(data), data, prior)
         finite = (jnp.isfinite(log_prob) & jnp.all(jnp.isfinite(score), axis=-1)
                   & jnp.all(jnp.isfinite(constraint), axis=-1)
                   & jnp.all(jnp.isfinite(defects), axis=-1))

@@ -84,6 +84,7 @@ __all__ = [
     'MIN_WINDOW_STEPS',
     'NOISE_FLOOR',
     'ShootingProblem',
+    'GaussianPrior',
     'Evaluation',
     'check_bounds',
     'estimate_noise_std',
@@ -120,6 +121,26 @@ class ShootingProblem(NamedTuple):
     likelihood: lik.ShootingLikelihood
     data: lik.TrajectoryData
     info: dict
+
+
+class GaussianPrior(NamedTuple):
+    """A Gaussian prior N(mean, precision^-1) on theta [physical units], times the uniform
+    prior within the bounds (e.g. the previous window's posterior of `io.online`). Passed to
+    the jitted CSVGD step as data: new values do not recompile.
+
+    Attributes:
+      mean: (M,) in the order of `problem.names`.
+      precision: (M, M) symmetric positive definite inverse covariance.
+    """
+
+    mean: jax.Array
+    precision: jax.Array
+
+
+def _gaussian_log_prior(theta, prior: GaussianPrior):
+    """log N(theta; mean, precision^-1) up to a constant, () for theta (M,)."""
+    residual = theta - prior.mean
+    return -0.5 * residual @ prior.precision @ residual
 
 
 # ------------------------------------------------------------------------------------------
@@ -305,8 +326,9 @@ def _cem_sizes(num: int) -> tuple[int, int]:
 
 
 def _build_runner(problem: Problem, setting: lik.ShootingLikelihood, method: str,
-                  num: int, dim: int) -> _Runner:
-    """The estimator of `method` around the shooting likelihood, jitted (module doc)."""
+                  num: int, dim: int, with_prior: bool = False) -> _Runner:
+    """The estimator of `method` around the shooting likelihood, jitted (module doc); with a
+    prior (csvgd only), `step(state, data, prior)` takes a `GaussianPrior`."""
     spec = problem.spec
     m = spec.num_params
     lr = problem.config.estimator.learning_rate
@@ -317,7 +339,8 @@ def _build_runner(problem: Problem, setting: lik.ShootingLikelihood, method: str
         return baselines.shooting_positions(setting, spec, theta, data)
 
     if method == 'csvgd':
-        est = csvgd.make_csvgd(setting, spec, optax.adam(lr), params_fn=_params_fn(problem))
+        est = csvgd.make_csvgd(setting, spec, optax.adam(lr), params_fn=_params_fn(problem),
+                               log_prior_fn=_gaussian_log_prior if with_prior else None)
 
         def init(key, theta, data, iterations):
             return est.init(key, theta, data)
@@ -373,10 +396,11 @@ def _build_runner(problem: Problem, setting: lik.ShootingLikelihood, method: str
 
 
 def _runner(problem: Problem, setting: lik.ShootingLikelihood, method: str, num: int,
-            dim: int) -> _Runner:
-    key = ('bayes', method, setting, problem.spec, num, dim,
+            dim: int, with_prior: bool = False) -> _Runner:
+    key = ('bayes', method, setting, problem.spec, num, dim, with_prior,
            problem.config.estimator.learning_rate, pipeline._params_digest(problem.base_params))
-    return pipeline._cached(key, lambda: _build_runner(problem, setting, method, num, dim))
+    return pipeline._cached(key, lambda: _build_runner(problem, setting, method, num, dim,
+                                                       with_prior))
 
 
 def _check_particles(problem: Problem, method: str, num: int, dim: int) -> None:
@@ -406,9 +430,12 @@ def _log_normaliser(sp: ShootingProblem) -> tuple[float, int]:
 
 def fit_posterior(problem: Problem, trajs: Sequence[Trajectory], method: str,
                   iterations: int, progress: Callable | None = None, theta0=None,
-                  seed: int | None = None, start: float | None = None) -> FitResult:
+                  seed: int | None = None, start: float | None = None,
+                  prior: GaussianPrior | None = None) -> FitResult:
     """Run a Bayesian method on prepared trajectories (see the module doc); `pipeline.fit`'s
-    arguments, with `trajs` from `pipeline.prepare_trajectories`.
+    arguments, with `trajs` from `pipeline.prepare_trajectories`, and optionally a Gaussian
+    `prior` on theta (csvgd only) that multiplies the likelihood (default: uniform within the
+    bounds).
 
     Raises:
       ConfigError: an unknown method, a parameter without finite bounds, too few particles
@@ -425,12 +452,15 @@ def fit_posterior(problem: Problem, trajs: Sequence[Trajectory], method: str,
     num = cfg.estimator.particles
     spec = problem.spec
     check_bounds(problem, method)
+    if prior is not None and method != 'csvgd':
+        raise _error(problem, 'estimator.method', f'a Gaussian prior (the online sequential '
+                     f'posterior) needs csvgd, got {method!r}')
     sp = shooting_problem(problem, trajs)
     dim = spec.num_params + sp.likelihood.num_constraints(sp.data)
     _check_particles(problem, method, num, dim)
     theta_init = initial_particles(problem, num, seed, theta0)
 
-    runner = _runner(problem, sp.likelihood, method, num, dim)
+    runner = _runner(problem, sp.likelihood, method, num, dim, prior is not None)
     evaluate = _evaluate(problem, sp.likelihood)
     data = sp.data
     state = runner.init(jax.random.PRNGKey(seed), theta_init, data, iterations)
@@ -450,8 +480,10 @@ def fit_posterior(problem: Problem, trajs: Sequence[Trajectory], method: str,
             stats['num_divergent'] += int(np.sum(np.asarray(info.is_divergent)))
         return -2.0 * (float(np.max(evaluation.log_lik)) + norm_c) / norm_n
 
-    steps = pipeline.run_steps(lambda s: runner.step(s, data), state, iterations, record,
-                               progress, start)
+    prior_args = () if prior is None else (GaussianPrior(jnp.asarray(prior.mean),
+                                                         jnp.asarray(prior.precision)),)
+    steps = pipeline.run_steps(lambda s: runner.step(s, data, *prior_args), state, iterations,
+                               record, progress, start)
     if latest:
         final = latest[0]
     else:                                     # stopped before the first step completed

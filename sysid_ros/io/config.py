@@ -442,8 +442,12 @@ class OnlineConfig:
       iterations_per_window: estimator steps run on each window, warm-started from the
         previous posterior.
       jitter: std of the Gaussian noise added to the particles before each window, as a
-        fraction of each parameter's bounds width [-] (forgetting: lets the estimate follow
-        a parameter that changes; 0: none).
+        fraction of each parameter's bounds width [-]; also the random-walk noise added to
+        the covariance of the sequential prior (lets the estimate follow a parameter that
+        changes; 0: none).
+      forgetting: lambda in (0, 1]: each window's prior is the previous posterior as a
+        Gaussian with its covariance divided by lambda (1: no forgetting; smaller: the
+        estimate follows a change faster and averages over fewer windows, ~1 / (1 - lambda)).
       divergence_factor: a window whose loss exceeds this times the last good window's loss
         (or is not finite) counts as a divergence: the posterior goes back to the last good
         one [-].
@@ -464,6 +468,7 @@ class OnlineConfig:
     hop: float = _opt(1.0, 'float', unit='s', gt=0.0)
     iterations_per_window: int = _opt(20, 'int', ge=1)
     jitter: float = _opt(0.01, 'float', ge=0.0)
+    forgetting: float = _opt(0.8, 'float', gt=0.0)
     divergence_factor: float = _opt(1e3, 'float', gt=1.0)
     save_path: str | None = _opt(None, 'str', optional=True)
     warm_start: str | None = _opt(None, 'str', optional=True)
@@ -478,6 +483,9 @@ class OnlineConfig:
     def from_dict(cls, d: Mapping[str, Any], path: str | None = None) -> 'OnlineConfig':
         """Validate the `online` section; `push_parameters` is flattened to dotted names."""
         cfg = _section(cls, d, path, 'online')
+        if not cfg.forgetting <= 1.0:
+            raise _error(path, 'online.forgetting', f'expected a number in (0, 1], got '
+                         f'{cfg.forgetting!r}')
         if not cfg.silent_stale > cfg.silent_warn:
             raise _error(path, 'online.silent_stale', f'expected a number > online.silent_warn '
                          f'({cfg.silent_warn:g} s), got {cfg.silent_stale!r}')

@@ -3,17 +3,31 @@
 An `OnlineSession` holds the Problem and the current posterior particles (P, M) [physical
 units] and, for each data window (a `window_buffer.Window`), runs
 
-    particles -> + jitter (forgetting) -> predictive ESS on the new window
-        -> `bayes.fit_posterior(..., theta0=particles)` for `online.iterations_per_window`
-        steps -> divergence check -> particles (or the last good ones)
+    particles -> + jitter -> predictive ESS on the new window
+        -> `bayes.fit_posterior(..., theta0=particles, prior=sequential prior)` for
+        `online.iterations_per_window` steps -> divergence check -> particles (or the last
+        good ones)
 
+  * Sequential Bayes: window t's target is p(window t | theta) x prior_t(theta), prior_t the
+    posterior after window t - 1 summarised as a Gaussian in physical units (times the
+    uniform prior within the bounds): mean m and covariance C of the particles,
+
+        prior_t = N(m, C / online.forgetting + diag((online.jitter (upper - lower))^2)),
+
+    so information accumulates over about 1 / (1 - forgetting) windows while the random-walk
+    term and the forgetting keep the prior wide enough to follow a parameter that changes
+    (a payload). The first window, and the first after `reset`, has the configured prior
+    (uniform within the bounds); a warm-start file counts as a previous posterior. The
+    prior's mean and precision go to the jitted CSVGD step as data (`bayes.GaussianPrior`):
+    windows never recompile. Other Bayesian methods have no sequential prior (warm start
+    only).
   * Warm start: each window starts from the previous window's particles (the optimiser state
     and the shooting states restart on the new data). All windows have the same shape, so the
     jitted estimator of `io.bayes` compiles on the first window and is reused (its cache is
     keyed by the problem structure).
-  * Forgetting: before each window every particle gets Gaussian noise of std
-    `online.jitter` times its parameter's bounds width, clipped into the bounds; the
-    posterior therefore never collapses and follows a parameter that changes (a payload).
+  * Jitter: before each window every particle gets Gaussian noise of std `online.jitter`
+    times its parameter's bounds width, clipped into the bounds, so that the particles start
+    as spread as the prior.
   * Predictive effective sample size: the jittered particles are weighted by their
     likelihood of the new window, w_i ~ exp(log_lik_i); ESS = 1 / sum(w_i^2) in [1, P]
     (P: the data agree with the whole posterior; near 1: they do not, e.g. after a change).
@@ -55,6 +69,9 @@ __all__ = [
     'load_posterior',
     'window_trajectory',
 ]
+
+# Smallest random-walk std of the sequential prior, as a fraction of the bounds width [-].
+PRIOR_FLOOR = 1e-4
 
 
 class WindowResult(NamedTuple):
@@ -213,6 +230,26 @@ class OnlineSession:
                                                       theta0)
             self._good = self._particles.copy()
             self._good_loss = float('inf')
+            # A warm-start file is a previous posterior; Sobol particles are the bounds prior.
+            self._has_posterior = bool(self.warm_start)
+
+    def sequential_prior(self) -> bayes.GaussianPrior | None:
+        """The prior of the next window: the current particles as a Gaussian with forgetting
+        and random-walk noise (module doc), or None (the bounds prior) before the first
+        window, after `reset`, or for methods other than csvgd."""
+        with self._lock:
+            if not self._has_posterior or self.method != 'csvgd':
+                return None
+            online_cfg = self.problem.config.online
+            width = self.upper - self.lower
+            # Floor: a tiny fraction of the width keeps the covariance of few (or identical)
+            # particles invertible when jitter is 0.
+            walk = np.maximum(online_cfg.jitter, PRIOR_FLOOR) * width
+            theta = self._particles
+            cov = np.atleast_2d(np.cov(theta, rowvar=False)) if len(theta) > 1 \
+                else np.zeros((theta.shape[1],) * 2)
+            cov = cov / online_cfg.forgetting + np.diag(walk ** 2)
+            return bayes.GaussianPrior(mean=theta.mean(axis=0), precision=np.linalg.inv(cov))
 
     def _jittered(self) -> np.ndarray:
         jitter = self.problem.config.online.jitter
@@ -257,7 +294,8 @@ class OnlineSession:
             cfg = self.problem.config
             result = bayes.fit_posterior(
                 self.problem, [traj], self.method, cfg.online.iterations_per_window,
-                theta0=theta0, seed=cfg.estimator.seed + index + 1, start=start)
+                theta0=theta0, seed=cfg.estimator.seed + index + 1, start=start,
+                prior=self.sequential_prior())
             loss = float(result.final_loss)
             diverged = (not np.isfinite(loss) or not np.all(np.isfinite(result.particles))
                         or loss > cfg.online.divergence_factor * self._good_loss)
@@ -268,6 +306,7 @@ class OnlineSession:
                 self._particles = np.asarray(result.particles, dtype=float)
                 self._good = self._particles.copy()
                 self._good_loss = loss
+                self._has_posterior = True
             self.windows += 1
             self.last_loss = loss
             mean, std = self._particles.mean(axis=0), self._particles.std(axis=0)
@@ -298,11 +337,12 @@ class OnlineSession:
         window = Window(t=traj.t, q=traj.q, qd=traj.qd, tau=traj.tau)
         with self._lock:
             saved = (self._particles, self._good, self._good_loss, self.windows,
-                     self.divergences, self.last_loss)
-            self.update(window)
+                     self.divergences, self.last_loss, self._has_posterior)
+            self.update(window)               # compiles the step without the prior ...
+            self.update(window)               # ... and with it (csvgd)
             self.predict(window)
             (self._particles, self._good, self._good_loss, self.windows,
-             self.divergences, self.last_loss) = saved
+             self.divergences, self.last_loss, self._has_posterior) = saved
 
     def save(self, path: str | os.PathLike, timeout: float | None = None) -> tuple[str, str]:
         """Write the current posterior to `<stem>.npz` and `<stem>.yaml` atomically (module

@@ -42,7 +42,7 @@ def double():
 
 def test_registry_and_errors(double):
     model, params = double
-    assert set(integrators.INTEGRATORS) == {'semi_implicit_euler', 'rk4'}
+    assert set(integrators.INTEGRATORS) == {'semi_implicit_euler', 'rk4', 'variational'}
     assert integrators.get_integrator('rk4') is integrators.rk4
     args = (model, params, jnp.zeros(4), jnp.zeros((3, 2)), 0.01)
     with pytest.raises(ValueError, match='integrator: expected one of'):

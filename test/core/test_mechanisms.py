@@ -1,4 +1,4 @@
-"""Planar mechanisms in natural coordinates: constraints, derivatives, EOM (eqs 6, 15), checks.
+"""Planar mechanisms in natural coordinates: constraints, derivatives, EOM (eqs 6, 15), checks."""
 
 import jax
 import jax.numpy as jnp

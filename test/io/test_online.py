@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sysid_ros.io import config as config_io
-from sysid_ros.io import online, pipeline
+from sysid_ros.io import bayes, online, pipeline
 from sysid_ros.io.trajectory import DataError
 from sysid_ros.io.window_buffer import Window
 
@@ -163,3 +163,64 @@ def test_session_rejects_point_methods_and_unknown_push_names():
         cfg.online, push_parameters={'link3.mass': 'm'}))
     with pytest.raises(config_io.ConfigError, match='online.push_parameters.link3.mass'):
         online.OnlineSession(pipeline.build_problem(unknown))
+
+
+def test_sequential_prior_is_the_last_posterior_with_forgetting(problem, phases, run):
+    session = run[0]
+    prior = session.sequential_prior()
+    theta = session.particles
+    online_cfg = problem.config.online
+    walk = online_cfg.jitter * (session.upper - session.lower)
+    expected = np.cov(theta, rowvar=False) / online_cfg.forgetting + np.diag(walk ** 2)
+    np.testing.assert_allclose(prior.mean, theta.mean(axis=0))
+    np.testing.assert_allclose(np.linalg.inv(prior.precision), expected, rtol=1e-8,
+                               atol=1e-12)
+    # The first window, and the first after a reset, has the bounds prior.
+    fresh = online.OnlineSession(problem)
+    assert fresh.sequential_prior() is None
+    fresh.update(phases[0][0])
+    assert fresh.sequential_prior() is not None
+    fresh.reset()
+    assert fresh.sequential_prior() is None
+
+
+def test_the_prior_is_data_windows_do_not_recompile(problem, phases, run):
+    # All windows after the first ran the one compiled step that takes the prior.
+    sp = bayes.shooting_problem(problem, [online.window_trajectory(problem, phases[0][0])])
+    dim = problem.spec.num_params + sp.likelihood.num_constraints(sp.data)
+    runner = bayes._runner(problem, sp.likelihood, 'csvgd', problem.config.estimator.particles,
+                           dim, True)
+    assert runner.step._cache_size() == 1
+
+
+def test_forgetting_is_validated():
+    d = config_io.to_dict(config_io.load_yaml(CONFIG))
+    for bad in (0.0, 1.5):
+        d['online'] = {'forgetting': bad}
+        with pytest.raises(config_io.ConfigError, match='online.forgetting'):
+            config_io.from_dict(d)
+    d['online'] = {'forgetting': 1.0}
+    assert config_io.from_dict(d).online.forgetting == 1.0
+
+
+def test_the_prior_carries_the_posterior_through_an_uninformative_window(problem, phases,
+                                                                          tmp_path):
+    # The pendulum hanging at rest, unforced: the window says nothing about masses or
+    # dampings. With the sequential prior the posterior keeps what earlier windows taught
+    # (its spread stays near the prior's); with the bounds prior only, it spreads out.
+    learnt = online.OnlineSession(problem)
+    for window in phases[0][:2]:
+        learnt.update(window)
+    npz, _ = learnt.save(tmp_path / 'learnt')
+    w = phases[0][0]
+    rest = Window(t=w.t, q=np.zeros_like(w.q), qd=np.zeros_like(w.qd), tau=np.zeros_like(w.tau))
+    sequential = online.OnlineSession(problem, warm_start=npz)
+    prior = sequential.sequential_prior()
+    prior_std = np.sqrt(np.diag(np.linalg.inv(prior.precision)))
+    with_prior = sequential.update(rest)
+    bounds_only = online.OnlineSession(problem, warm_start=npz)
+    bounds_only.sequential_prior = lambda: None
+    without_prior = bounds_only.update(rest)
+    assert np.all(np.abs(with_prior.mean - prior.mean) < 2.0 * prior_std)
+    assert np.all(with_prior.std < 2.0 * prior_std)
+    assert np.all(with_prior.std < without_prior.std)
