@@ -1,4 +1,5 @@
-"""Point estimators of physical parameters: DiffNEA (Adam on virtual parameters) and NEA.
+"""Point estimators of physical parameters: DiffNEA (Adam on virtual parameters), NEA and
+consistent least squares.
 
 Both follow the shape of optax / blackjax algorithms: a factory builds an `Estimator`, a
 NamedTuple of two pure functions,
@@ -35,12 +36,22 @@ and the posterior is `state.theta`, particles (P, M) in physical units in the or
     zero), and if still inconsistent move back along the segment towards the (consistent)
     initial guess to the last consistent point (bisection; the consistent set is convex in
     theta). `NEAInfo` reports whether the raw solution was consistent.
+  * `make_consistent_ls`: the same least-squares objective minimised over the spec's
+    unconstrained (virtual) coordinates by Levenberg-Marquardt, so every iterate is within
+    the bounds and consistent. The projection above only finds a consistent point, not the
+    best-fitting one: when many base parameters are free (a full arm), the minimum-norm raw
+    solution puts large values into directions the data cannot separate (e.g. -0.86 kg m^2
+    on the KUKA's first link), and projecting each link on its own turns them into large
+    inertias with a poor fit. Refining the projected solution (and the anchor) with
+    `make_consistent_ls` fixes that (`io.pipeline.fit` does so when the raw one was
+    inconsistent).
 
 Everything here is pure JAX: jit `init`/`step` yourself (the pipeline does).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -59,6 +70,7 @@ __all__ = [
     'RegressorData',
     'make_diffnea',
     'make_nea',
+    'make_consistent_ls',
     'make_regressor_data',
     'project_consistent',
     'consistent_anchor',
@@ -336,6 +348,41 @@ def make_diffnea(model: RobotModel, base_params: Params, spec: parameters.Parame
 # NEA
 # ------------------------------------------------------------------------------------------
 
+def _check_regression(spec, actuator, method: str) -> None:
+    """Raise ValueError if torque regression cannot identify `spec` with `actuator`."""
+    origins = [n for n, a in zip(spec.names, spec.attributes) if a.startswith('origin.')]
+    if origins:
+        raise ValueError(f'{method}: {origins[0]}: NEA needs known kinematics (joint origins); '
+                         'use method diffnea to identify them')
+    if not callable(actuator) and actuator not in ADDITIVE_ACTUATORS:
+        raise ValueError(f'{method}: actuator {actuator!r} is not additive; expected one of '
+                         f'{sorted(ADDITIVE_ACTUATORS)}')
+
+
+def _params_residual(model: RobotModel, actuator) -> Callable:
+    """`residual(params, data) -> (N nv,)`: measured minus predicted command torque, divided
+    per joint by `data.torque_scale` [-], with u = Y pi + armature qdd + f(q, qd) (`make_nea`)."""
+    actuator_fn = actuators.get_actuator(actuator)
+
+    def residual(params: Params, data: RegressorData):
+        rigid = jnp.einsum('nij,j->ni', data.regressor, params.inertial.reshape(-1))
+
+        def extra(q, qd, qdd):
+            friction = -actuator_fn(model, params, q, qd, jnp.zeros_like(q))
+            return params.armature * qdd + friction
+
+        predicted = rigid + jax.vmap(extra)(data.q, data.qd, data.qdd)
+        return ((data.tau - predicted) / data.torque_scale).reshape(-1)
+
+    return residual
+
+
+def _theta_residual(model, base_params, spec, actuator) -> Callable:
+    """`residual(theta, data) -> (N nv,)`, `_params_residual` of the spec's (M,) theta."""
+    residual = _params_residual(model, actuator)
+    return lambda theta, data: residual(spec.to_params(theta, base_params), data)
+
+
 def make_regressor_data(model: RobotModel, params: Params, q, qd, qdd, tau) -> RegressorData:
     """Stack the joint-torque regressor over samples (jit-able; vmaps `dynamics.regressor`).
 
@@ -380,29 +427,10 @@ def make_nea(model: RobotModel, base_params: Params, spec: parameters.ParameterS
     Raises:
       ValueError: a joint origin in the spec, or a non-additive actuator model.
     """
-    origins = [n for n, a in zip(spec.names, spec.attributes) if a.startswith('origin.')]
-    if origins:
-        raise ValueError(f'nea: {origins[0]}: NEA needs known kinematics (joint origins); '
-                         'use method diffnea to identify them')
-    if not callable(actuator) and actuator not in ADDITIVE_ACTUATORS:
-        raise ValueError(f'nea: actuator {actuator!r} is not additive; expected one of '
-                         f'{sorted(ADDITIVE_ACTUATORS)}')
-    actuator_fn = actuators.get_actuator(actuator)
+    _check_regression(spec, actuator, 'nea')
+    residual = _theta_residual(model, base_params, spec, actuator)
     lower, upper = np.asarray(spec.lower_bounds), np.asarray(spec.upper_bounds)
     width = np.where(np.isfinite(lower) & np.isfinite(upper), upper - lower, np.nan)
-
-    def predict(theta, data: RegressorData):
-        params = spec.to_params(theta, base_params)
-        rigid = jnp.einsum('nij,j->ni', data.regressor, params.inertial.reshape(-1))
-
-        def extra(q, qd, qdd):
-            friction = -actuator_fn(model, params, q, qd, jnp.zeros_like(q))
-            return params.armature * qdd + friction
-
-        return rigid + jax.vmap(extra)(data.q, data.qd, data.qdd)
-
-    def residual(theta, data: RegressorData):
-        return ((data.tau - predict(theta, data)) / data.torque_scale).reshape(-1)
 
     def column_scale(anchor):
         return jnp.where(jnp.isfinite(width), width, jnp.maximum(jnp.abs(anchor), 1.0))
@@ -439,3 +467,129 @@ def make_nea(model: RobotModel, base_params: Params, spec: parameters.ParameterS
                               iteration=state.iteration + 1), info
 
     return Estimator(init=init, step=step)
+
+
+# ------------------------------------------------------------------------------------------
+# Physically consistent least squares
+# ------------------------------------------------------------------------------------------
+
+# Fields of Params in which the torque of an additive actuator model is (typically) linear.
+_LINEAR_FIELDS = ('inertial', 'damping', 'coulomb', 'stribeck', 'armature')
+
+
+def _sqrt_second_moment_slots(spec: parameters.ParameterSpec) -> np.ndarray:
+    """(B, 3) z slots of the square roots of the principal second moments of each DiffNEA
+    block (the first three of the block's six slots in the order of `spec.names`)."""
+    where = {(b, a): k for k, (b, a) in enumerate(zip(spec.bodies, spec.attributes))}
+    slots = [sorted(where[(b, a)] for a in parameters.INERTIA_ATTRIBUTES)[:3]
+             for b in spec.diffnea_links]
+    return np.asarray(slots, dtype=np.int32).reshape(-1, 3)
+
+
+def make_consistent_ls(model: RobotModel, base_params: Params,
+                       spec: parameters.ParameterSpec, actuator='viscous',
+                       iterations: int = 100, z_limit: float = 8.0,
+                       min_sqrt_moment: float = 1e-2) -> Callable:
+    """Physically consistent least squares on the joint-torque regressor (NEA's objective).
+
+    Minimises NEA's loss, the mean squared normalised torque residual of `make_nea`, over the
+    spec's unconstrained coordinates z (`spec.from_unconstrained`): every z is within the
+    bounds and, for links whose six inertia entries are free, physically consistent through
+    DiffNEA's virtual inertia. The solver is Levenberg-Marquardt: exact loss and gradient; the
+    Gauss-Newton matrix J^T J is built from the Gram matrix of the residual's Jacobian with
+    respect to the Params fields of `_LINEAR_FIELDS` (computed once, at the first start),
+    chained with d fields / dz; it is exact for actuators linear in those fields (ideal,
+    viscous, coulomb_viscous) and an approximation, corrected by the exact gradient and the
+    accept test, otherwise. The damping is a multiple of the identity, scaled by the mean
+    curvature (Levenberg: Marquardt's per-coordinate scaling takes huge steps along nearly flat
+    virtual coordinates); steps that do not lower the loss are rejected (damping x 4,
+    accepted: / 3).
+
+    Use it after NEA when the raw least-squares solution is inconsistent: starting from the
+    projected NEA solution and from the consistent anchor, it finds the consistent parameters
+    that fit the torques, where the projection alone only finds a consistent point.
+
+    Starting points are moved slightly inside: bounded entries to |z| <= `z_limit` (a
+    relative distance of about 3e-4 from the bound for the default 8, where the sigmoid and
+    softplus maps still have a usable slope), and each block's square roots of principal
+    second moments to at least `min_sqrt_moment` times the block's largest one (a principal
+    second moment of exactly zero is a saddle point of z -> loss).
+
+    Args:
+      model, base_params, spec, actuator: as in `make_nea`.
+      iterations: Levenberg-Marquardt iterations (accepted or rejected).
+      z_limit: bound on |z| of bounded entries at the start.
+      min_sqrt_moment: relative floor of the square roots of the second moments at the start.
+
+    Returns:
+      `refine(theta0 (P, M), data: RegressorData) -> (theta (P, M), loss (P,))`, jit-able:
+      consistent, within-bounds parameters and their loss (NEA's definition).
+
+    Raises:
+      ValueError: as `make_nea`.
+    """
+    _check_regression(spec, actuator, 'consistent least squares')
+    params_residual = _params_residual(model, actuator)
+    sizes = [int(np.size(getattr(base_params, f))) for f in _LINEAR_FIELDS]
+    has_lo = np.isfinite(np.asarray(spec.lower_bounds)) & ~_block_mask(spec)
+    has_hi = np.isfinite(np.asarray(spec.upper_bounds)) & ~_block_mask(spec)
+    sqrt_slots = _sqrt_second_moment_slots(spec)
+
+    def fields(theta):
+        params = spec.to_params(theta, base_params)
+        return jnp.concatenate([getattr(params, f).reshape(-1) for f in _LINEAR_FIELDS])
+
+    def params_from_fields(flat):
+        parts = jnp.split(flat, np.cumsum(sizes)[:-1])
+        return dataclasses.replace(base_params, **{
+            f: part.reshape(np.shape(getattr(base_params, f))).astype(flat.dtype)
+            for f, part in zip(_LINEAR_FIELDS, parts)})
+
+    def loss_of_z(z, data):
+        theta = spec.from_unconstrained(z)
+        return jnp.mean(jnp.square(params_residual(spec.to_params(theta, base_params), data)))
+
+    loss_and_grad = jax.value_and_grad(loss_of_z)
+
+    def start(theta):
+        z = spec.to_unconstrained(theta)
+        z = jnp.where(has_lo, jnp.maximum(z, -z_limit), z)
+        z = jnp.where(has_hi, jnp.minimum(z, z_limit), z)
+        if sqrt_slots.size:
+            roots = z[sqrt_slots]
+            floor = min_sqrt_moment * jnp.max(jnp.abs(roots), axis=-1, keepdims=True) + 1e-6
+            z = z.at[sqrt_slots].set(jnp.maximum(jnp.abs(roots), floor))
+        return z
+
+    def one(theta0, gram, data):
+        n = data.tau.size
+
+        def model_at(z):
+            loss, grad = loss_and_grad(z, data)
+            jac = jax.jacfwd(lambda v: fields(spec.from_unconstrained(v)))(z)   # (K, M)
+            return loss, grad, 2.0 / n * jac.T @ gram @ jac
+
+        def iterate(_, carry):
+            z, loss, grad, hess, damping = carry
+            shift = damping * jnp.maximum(jnp.mean(jnp.diag(hess)), jnp.finfo(z.dtype).tiny)
+            dz = -jnp.linalg.solve(hess + shift * jnp.eye(z.shape[-1], dtype=z.dtype), grad)
+            candidate = model_at(z + dz)
+            better = jnp.isfinite(candidate[0]) & (candidate[0] < loss)
+            new = (z + dz,) + candidate
+            z, loss, grad, hess = (jnp.where(better, a, b)
+                                   for a, b in zip(new, (z, loss, grad, hess)))
+            return z, loss, grad, hess, jnp.where(better, damping / 3.0, damping * 4.0)
+
+        z = start(theta0)
+        carry = (z,) + model_at(z) + (jnp.asarray(1e-3, z.dtype),)
+        z, loss = jax.lax.fori_loop(0, iterations, iterate, carry)[:2]
+        return spec.from_unconstrained(z), loss
+
+    def refine(theta0, data: RegressorData):
+        theta0 = jnp.asarray(theta0)
+        jac = jax.jacfwd(lambda f: params_residual(params_from_fields(f), data))(
+            fields(theta0[0]))                                           # (N nv, K)
+        gram = jac.T @ jac
+        return jax.vmap(one, in_axes=(0, None, None))(theta0, gram, data)
+
+    return refine

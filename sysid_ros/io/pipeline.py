@@ -27,7 +27,12 @@ step size starting at `estimator.learning_rate`, `estimator.iterations` steps an
 belong to the Bayesian multiple-shooting likelihoods (`io.bayes`) and are not used by these
 point estimators.
 NEA runs Gauss-Newton least-squares steps (exact after one step for the linear cases) until
-the step is negligible, at most `iterations` (capped at `NEA_MAX_ITERATIONS`) steps.
+the step is negligible, at most `iterations` (capped at `NEA_MAX_ITERATIONS`) steps. If its
+raw least-squares solution is not physically consistent, the projected solution and the
+consistent anchor are refined by consistent least squares (`estimators.make_consistent_ls`,
+`NEA_REFINE_ITERATIONS` Levenberg-Marquardt iterations each); the anchor's fit is kept unless
+the projection's has a loss lower by `NEA_REFINE_MARGIN` (relative), and either only if it
+beats the projection.
 """
 
 from __future__ import annotations
@@ -76,6 +81,11 @@ FIT_METHODS = config_io.METHODS
 NEA_MAX_ITERATIONS = 20
 # NEA stops when a Gauss-Newton step is smaller than this (bounds-scaled units).
 NEA_TOLERANCE = 1e-9
+# Levenberg-Marquardt iterations of the consistent least squares after an inconsistent NEA.
+NEA_REFINE_ITERATIONS = 100
+# Relative loss margin by which the refinement from the projection must beat the one from the
+# anchor to be chosen.
+NEA_REFINE_MARGIN = 0.01
 # Samples dropped at both ends of each trajectory for NEA (filter edge effects).
 NEA_EDGE_SAMPLES = 3
 
@@ -324,7 +334,10 @@ def _nea(problem: Problem):
         except ValueError as exc:
             raise _config_error(problem.config, 'estimator.method', str(exc)) from exc
         regressor = jax.jit(estimators.make_regressor_data, static_argnums=0)
-        return jax.jit(est.init), jax.jit(est.step), regressor
+        refine = estimators.make_consistent_ls(problem.model, problem.base_params,
+                                               problem.spec, actuator=actuator,
+                                               iterations=NEA_REFINE_ITERATIONS)
+        return jax.jit(est.init), jax.jit(est.step), regressor, jax.jit(refine)
 
     return _cached(key, build)
 
@@ -531,7 +544,7 @@ def fit(config: Config | Problem | str, trajectories: Sequence[Trajectory | str]
     info: dict = {}
 
     if method == 'nea':
-        init, step, _ = _nea(problem)
+        init, step, _, refine = _nea(problem)
         data = _nea_data(problem, trajs)
         iterations = min(iterations, NEA_MAX_ITERATIONS)
     else:
@@ -567,6 +580,23 @@ def fit(config: Config | Problem | str, trajectories: Sequence[Trajectory | str]
                         raw_consistent=bool(np.all(np.asarray(last_info.raw_consistent))),
                         num_parameters=spec.num_params)
             info['projected'] = bool(np.any(np.abs(np.asarray(state.z) - particles) > 0.0))
+        if last_info is not None and not info['raw_consistent']:
+            # Consistent least squares from the projection and from the anchor (2, P, M).
+            starts = jnp.concatenate([state.theta, state.aux])
+            refined, refined_loss = (np.asarray(a).reshape((2, -1) + a.shape[1:])
+                                     for a in refine(starts, data))
+            projected_loss = np.asarray(final_info.loss)                 # (P,)
+            # The fit from the anchor keeps what the data cannot see near the nominal values;
+            # the one from the projection is taken only if it fits clearly better.
+            better = np.where(refined_loss[0] < (1.0 - NEA_REFINE_MARGIN) * refined_loss[1],
+                              0, 1)                                      # (P,)
+            rows = np.arange(particles.shape[0])
+            keep = refined_loss[better, rows] < projected_loss
+            particles = np.where(keep[:, None], refined[better, rows], particles)
+            final_loss = float(np.min(np.where(keep, refined_loss[better, rows],
+                                               projected_loss)))
+            info.update(loss_projected=float(np.min(projected_loss)),
+                        refined=bool(np.any(keep)))
     else:
         if not interrupted:
             _, final_info = step(state, data)      # loss at the final particles
