@@ -22,7 +22,11 @@ Ground truth (`ground_truth`): the configuration's nominal model, perturbed with
 each link's inertial 10-vector is scaled by a factor drawn uniformly from [1 - p, 1 + p]
 (p = `perturbation`; mass, first moment and inertia together, so the centre of mass stays and
 the body stays physically consistent) and each joint's viscous damping becomes
-`nominal * U(1 - p, 1 + p) + true_damping * U(0.5, 1.5)` [N m s/rad].
+`nominal * U(1 - p, 1 + p) + true_damping * U(0.5, 1.5)` [N m s/rad]. Of that perturbed
+model only the configured parameters are kept (the rest stays nominal: freeing `link1.mass`
+keeps the inertia about the centre of mass), so that the estimator's model class contains
+the truth; `perturb_unidentified:=true` keeps the whole perturbation instead (unmodelled
+dynamics, e.g. to test robustness).
 
 Payload (`add_point_mass`): a point mass `payload_mass` [kg] at `payload_position` (in the
 frame of `payload_link`; default: that link's centre of mass) is added at `payload_time` [s
@@ -201,8 +205,13 @@ class SimRobot(Node):
         self._actuator = problem.config.model.actuator
 
         # Ground truth and payload.
-        self._nominal = ground_truth(problem.base_params, p['seed'], p['perturbation'],
-                                     p['true_damping'])
+        perturbed = ground_truth(problem.base_params, p['seed'], p['perturbation'],
+                                 p['true_damping'])
+        if p['perturb_unidentified']:
+            self._nominal = perturbed
+        else:   # only the configured parameters differ: the estimator's model holds the truth
+            self._nominal = problem.spec.to_params(problem.spec.from_params(perturbed),
+                                                   problem.base_params)
         link = p['payload_link'] or model.link_names[-1]
         if link not in model.link_names:
             raise InputError(f'parameter payload_link: expected one of '
@@ -311,6 +320,8 @@ class SimRobot(Node):
             ('effort_noise', 0.0, 'noise std of the published efforts [N m, N]'),
             ('seed', 0, 'seed of the ground truth, the excitation and the noise'),
             ('perturbation', 0.2, 'relative half-width of the ground-truth scale factors'),
+            ('perturb_unidentified', False, 'perturb the whole inertials, not only the '
+             'configured parameters (dynamics the estimator cannot represent)'),
             ('true_damping', 0.1, 'scale of the damping added to the nominal one '
              '[N m s/rad]'),
             ('torque_scale', 1.0, 'excitation peak per joint, times a typical torque'),
