@@ -76,6 +76,7 @@ def test_continuous_dynamics_match_aba_without_constraints():
     np.testing.assert_allclose(qdd, reference, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.slow   # 10,000 steps of each integrator: ~100 s cold on 2 cores
 def test_energy_bounded_vs_rk4_drift(four_bar):
     """10,000 steps of the unforced four-bar: VI energy error bounded, RK4's drifts."""
     _, _, system, q_ref = four_bar
