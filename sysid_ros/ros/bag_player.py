@@ -15,6 +15,10 @@ Parameters:
   publish_clock (bool, true): publish /clock.
   start_delay (double, 0.5): wall seconds to wait before the first message, so that
     subscribers can connect [s].
+  wait_for_subscribers (int, 0): before playing, wait until every played topic has at least
+    this many subscribers (at most `wait_timeout` wall seconds, then play with a warning), so
+    that a fast replay into a starting recorder or estimator loses nothing.
+  wait_timeout (double, 30.0): longest wait for those subscribers [s].
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ class BagPlayer(Node):
         self.declare_parameter('topics', Parameter.Type.STRING_ARRAY)
         self.declare_parameter('publish_clock', True)
         self.declare_parameter('start_delay', 0.5)
+        self.declare_parameter('wait_for_subscribers', 0)
+        self.declare_parameter('wait_timeout', 30.0)
         self.bag = pathlib.Path(self.get_parameter('bag').value)
         self.rate = float(self.get_parameter('rate').value)
         try:
@@ -65,6 +71,8 @@ class BagPlayer(Node):
             self.topics = None
         self.publish_clock = bool(self.get_parameter('publish_clock').value)
         self.start_delay = float(self.get_parameter('start_delay').value)
+        self.wait_for_subscribers = int(self.get_parameter('wait_for_subscribers').value)
+        self.wait_timeout = float(self.get_parameter('wait_timeout').value)
         if not str(self.get_parameter('bag').value):
             raise ValueError('bag: expected the path of a rosbag (-p bag:=PATH)')
         if not self.rate >= 0.0:
@@ -72,6 +80,20 @@ class BagPlayer(Node):
         if not self.bag.exists():
             raise ValueError(f'{self.bag}: bag not found')
         self.published = 0
+
+    def _wait_for_subscribers(self, publishers: dict) -> None:
+        """Block until every publisher has `wait_for_subscribers` subscribers, or time out."""
+        deadline = time.monotonic() + self.wait_timeout
+        while any(p.get_subscription_count() < self.wait_for_subscribers
+                  for p in publishers.values()):
+            if time.monotonic() > deadline:
+                missing = [t for t, p in publishers.items()
+                           if p.get_subscription_count() < self.wait_for_subscribers]
+                self.get_logger().warning(f'playing without {self.wait_for_subscribers} '
+                                          f'subscriber(s) on {", ".join(missing)} after '
+                                          f'{self.wait_timeout:g} s')
+                return
+            time.sleep(0.05)
 
     def play(self) -> int:
         """Publish the bag once; returns the number of messages published."""
@@ -94,6 +116,7 @@ class BagPlayer(Node):
                 conns.append(conn)
             self.get_logger().info(f'{self.bag}: playing {len(publishers)} topics, '
                                    f'{reader.duration * 1e-9:.1f} s at rate {self.rate:g}')
+            self._wait_for_subscribers(publishers)
             time.sleep(self.start_delay)
             wall0, bag0 = time.monotonic(), None
             for conn, ns, raw in reader.messages(connections=conns):

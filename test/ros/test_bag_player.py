@@ -96,7 +96,7 @@ def test_record_what_the_player_plays(start_node, tmp_path, bag):
             assert recording.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
         player = start_node('sysid_ros.ros.bag_player', '-p', f'bag:={path}', '-p', 'rate:=0.0',
-                            '-p', 'start_delay:=2.0')
+                            '-p', 'wait_for_subscribers:=1', '-p', 'start_delay:=1.0')
         assert player.wait(START_TIMEOUT) == 0, player.output()
         time.sleep(1.0)
         recording.send_signal(2)                # SIGINT, as Ctrl-C
