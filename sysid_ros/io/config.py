@@ -52,6 +52,8 @@ __all__ = [
     'Config',
     'from_dict',
     'from_flat_dict',
+    'nest_flat',
+    'deep_merge',
     'load_yaml',
     'to_dict',
     'parameter_spec',
@@ -574,6 +576,12 @@ def from_dict(d: Mapping[str, Any], path: str | None = None) -> Config:
 
 def from_flat_dict(flat: Mapping[str, Any], path: str | None = None) -> Config:
     """Validate ROS-style dotted names (`{'parameters.link2.mass.min': 0.05, ...}`)."""
+    return from_dict(nest_flat(flat, path), path)
+
+
+def nest_flat(flat: Mapping[str, Any], path: str | None = None) -> dict[str, Any]:
+    """ROS-style dotted names -> nested maps (unvalidated); a name that is both a value and a
+    map is a ConfigError."""
     nested: dict[str, Any] = {}
     for name, value in flat.items():
         node = nested
@@ -585,7 +593,7 @@ def from_flat_dict(flat: Mapping[str, Any], path: str | None = None) -> Config:
         if isinstance(node.get(last), dict):
             raise _error(path, name, 'is both a value and a map')
         node[last] = value
-    return from_dict(nested, path)
+    return nested
 
 
 def _unwrap_ros(d, path, node: str | None):
@@ -616,14 +624,15 @@ def _unwrap_ros(d, path, node: str | None):
                           f'sections: {", ".join(wrapped)}')
     merged: dict[str, Any] = {}
     for key in wildcard + named:
-        _deep_merge(merged, wrapped[key]['ros__parameters'] or {})
+        deep_merge(merged, wrapped[key]['ros__parameters'] or {})
     return merged
 
 
-def _deep_merge(into: dict, new: Mapping) -> None:
+def deep_merge(into: dict, new: Mapping) -> None:
+    """Merge nested maps `new` into `into` in place; values of `new` win."""
     for key, value in new.items():
         if isinstance(value, Mapping) and isinstance(into.get(key), dict):
-            _deep_merge(into[key], value)
+            deep_merge(into[key], value)
         else:
             into[key] = dict(value) if isinstance(value, Mapping) else value
 

@@ -100,26 +100,6 @@ def matrix_message(values, row_label: str, columns) -> Float64MultiArray:
     return msg
 
 
-def _nested(flat: dict) -> dict:
-    out: dict = {}
-    for name, value in flat.items():
-        node = out
-        *heads, last = name.split('.')
-        for head in heads:
-            node = node.setdefault(head, {})
-        node[last] = value
-    return out
-
-
-def _merge(into: dict, new: dict) -> dict:
-    for key, value in new.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value
-    return into
-
-
 class Estimator(Node):
     """The live estimator node (see the module doc for parameters, topics and services)."""
 
@@ -202,9 +182,11 @@ class Estimator(Node):
         if path is None and not flat:
             raise config_io.ConfigError('no configuration: give a params file with model and '
                                         'parameters sections, or -p config:=FILE')
-        tree = _nested(flat)
+        tree = config_io.nest_flat(flat, path)
         if path is not None:
-            tree = _merge(config_io.to_dict(config_io.load_yaml(path)), tree)
+            from_file = config_io.to_dict(config_io.load_yaml(path))
+            config_io.deep_merge(from_file, tree)
+            tree = from_file
         cfg = config_io.from_dict(tree, path)
         description = self._param('robot_description', '')
         if description:
