@@ -33,7 +33,7 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 
 from sysid_ros.io.config import TORQUE_FROM_JOINT_STATES
-from sysid_ros.io.trajectory import DataError, Trajectory
+from sysid_ros.io.trajectory import DataError, Trajectory, hold_torques
 from sysid_ros.io.window_buffer import interpolate
 
 __all__ = [
@@ -615,6 +615,8 @@ class _BagReader:
         traj = Trajectory(t=grid, q=joints[:, :nv], qd=joints[:, nv:2 * nv], tau=tau,
                           joint_names=self.joint_names,
                           source=f'{self.path} (trajectory {len(self.found)})')
+        if self.data.torque_samples == 'instantaneous':
+            traj = hold_torques(traj)
         mocap_p = mocap_q = None
         if self.data.mocap_topics:
             poses = np.stack([out[s] for s in self.data.mocap_topics], axis=1)

@@ -68,6 +68,7 @@ METHODS = BAYESIAN_METHODS + POINT_METHODS
 LIKELIHOODS = ('product', 'sum')
 LOSSES = ('one_step', 'rollout')
 TORQUE_FROM_JOINT_STATES = 'joint_states.effort'
+TORQUE_SAMPLES = ('held', 'instantaneous')
 
 # Friction attributes that each white-box actuator model leaves unused.
 _UNUSED_BY_ACTUATOR = {
@@ -359,6 +360,10 @@ class DataConfig:
       rate: resampling rate [Hz].
       joint_states_topic: sensor_msgs/JointState topic.
       torque_source: `joint_states.effort` or a topic with the applied torques.
+      torque_samples: what a torque sample is: `held` (a command held until the next sample,
+        e.g. a controller running at `data.rate`) or `instantaneous` (the value at the stamp
+        of a torque that varies between samples, e.g. measured efforts); each period then
+        gets the mean of its two ends (`trajectory.hold_torques`).
       mocap_topics: geometry_msgs/PoseStamped topics, one per tracked body.
       noise_std: measurement noise standard deviation per observed dimension (one number:
         the same for all) [rad, rad/s, m]; empty: the estimator's default.
@@ -373,6 +378,7 @@ class DataConfig:
     rate: float = _opt(100.0, 'float', unit='Hz', gt=0.0)
     joint_states_topic: str = _opt('/joint_states', 'topic')
     torque_source: str = _opt(TORQUE_FROM_JOINT_STATES, 'str')
+    torque_samples: str = _opt('held', 'str', choices=TORQUE_SAMPLES)
     mocap_topics: tuple[str, ...] = _opt((), 'topic_list')
     noise_std: tuple[float, ...] = _opt((), 'float_list', gt=0.0)
     gap: float = _opt(0.5, 'float', unit='s', gt=0.0)

@@ -18,9 +18,9 @@ units] and, for each data window (a `window_buffer.Window`), runs
     term and the forgetting keep the prior wide enough to follow a parameter that changes
     (a payload). The first window, and the first after `reset`, has the configured prior
     (uniform within the bounds); a warm-start file counts as a previous posterior. The
-    prior's mean and precision go to the jitted CSVGD step as data (`bayes.GaussianPrior`):
-    windows never recompile. Other Bayesian methods have no sequential prior (warm start
-    only).
+    prior's mean and precision go to the jitted CSVGD step as data (`bayes.GaussianPrior`;
+    the bounds prior as one of zero precision): windows never recompile. Other Bayesian
+    methods have no sequential prior (warm start only).
   * Warm start: each window starts from the previous window's particles (the optimiser state
     and the shooting states restart on the new data). All windows have the same shape, so the
     jitted estimator of `io.bayes` compiles on the first window and is reused (its cache is
@@ -59,7 +59,7 @@ import yaml
 from sysid_ros.core import baselines
 from sysid_ros.io import bayes, pipeline
 from sysid_ros.io.pipeline import Problem
-from sysid_ros.io.trajectory import DataError, Trajectory
+from sysid_ros.io.trajectory import DataError, Trajectory, hold_torques
 from sysid_ros.io.window_buffer import Window
 
 __all__ = [
@@ -151,11 +151,15 @@ def load_posterior(path: str | os.PathLike, names) -> np.ndarray:
 
 
 def window_trajectory(problem: Problem, window: Window, index: int = 0) -> Trajectory:
-    """A buffer window (model joint order, `data.rate` grid) as a validated Trajectory."""
+    """A buffer window (model joint order, `data.rate` grid) as a validated Trajectory, its
+    torques held per period as `data.torque_samples` says."""
     traj = Trajectory(t=np.asarray(window.t), q=np.asarray(window.q),
                       qd=np.asarray(window.qd), tau=np.asarray(window.tau),
                       joint_names=problem.model.joint_names, source=f'window {index}')
-    return pipeline.prepare_trajectories(problem, [traj])[0]
+    traj = pipeline.prepare_trajectories(problem, [traj])[0]
+    if problem.config.data.torque_samples == 'instantaneous':
+        traj = hold_torques(traj)
+    return traj
 
 
 class OnlineSession:
@@ -251,6 +255,16 @@ class OnlineSession:
             cov = cov / online_cfg.forgetting + np.diag(walk ** 2)
             return bayes.GaussianPrior(mean=theta.mean(axis=0), precision=np.linalg.inv(cov))
 
+    def _window_prior(self) -> bayes.GaussianPrior | None:
+        """`sequential_prior`, or for csvgd without one a flat Gaussian (zero precision: the
+        bounds prior), so that every window runs the same compiled step."""
+        prior = self.sequential_prior()
+        if prior is None and self.method == 'csvgd':
+            m = len(self.names)
+            prior = bayes.GaussianPrior(mean=0.5 * (self.lower + self.upper),
+                                        precision=np.zeros((m, m)))
+        return prior
+
     def _jittered(self) -> np.ndarray:
         jitter = self.problem.config.online.jitter
         theta = self._particles
@@ -295,7 +309,7 @@ class OnlineSession:
             result = bayes.fit_posterior(
                 self.problem, [traj], self.method, cfg.online.iterations_per_window,
                 theta0=theta0, seed=cfg.estimator.seed + index + 1, start=start,
-                prior=self.sequential_prior())
+                prior=self._window_prior())
             loss = float(result.final_loss)
             diverged = (not np.isfinite(loss) or not np.all(np.isfinite(result.particles))
                         or loss > cfg.online.divergence_factor * self._good_loss)
@@ -321,7 +335,8 @@ class OnlineSession:
         mean, _ = self.estimate()
         params = problem.spec.to_params(jnp.asarray(mean), problem.base_params)
         x0 = jnp.concatenate([jnp.asarray(window.q[0]), jnp.asarray(window.qd[0])])
-        states = pipeline._rollout(problem.model, params, x0, jnp.asarray(window.tau[:-1]),
+        held = window_trajectory(problem, window).tau
+        states = pipeline._rollout(problem.model, params, x0, jnp.asarray(held[:-1]),
                                    problem.dt, integrator=cfg.model.integrator,
                                    actuator=cfg.model.actuator, substeps=problem.substeps)
         return np.asarray(jax.device_get(states), dtype=float)
@@ -338,8 +353,7 @@ class OnlineSession:
         with self._lock:
             saved = (self._particles, self._good, self._good_loss, self.windows,
                      self.divergences, self.last_loss, self._has_posterior)
-            self.update(window)               # compiles the step without the prior ...
-            self.update(window)               # ... and with it (csvgd)
+            self.update(window)               # compiles the step (one for every window)
             self.predict(window)
             (self._particles, self._good, self._good_loss, self.windows,
              self.divergences, self.last_loss, self._has_posterior) = saved

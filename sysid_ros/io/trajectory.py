@@ -38,6 +38,7 @@ __all__ = [
     'UNIFORM_RTOL',
     'DataError',
     'Trajectory',
+    'hold_torques',
     'load_trajectory',
     'save_trajectory',
     'validate_trajectory',
@@ -107,6 +108,17 @@ class Trajectory:
         return dataclasses.replace(
             self, t=self.t[pick], q=self.q[pick], qd=self.qd[pick], tau=self.tau[pick],
             qdd=None if self.qdd is None else self.qdd[pick])
+
+
+def hold_torques(traj: Trajectory) -> Trajectory:
+    """Instantaneous torque samples -> the `Trajectory` convention (held from t[k] to t[k+1]).
+
+    Each period gets the mean of the torques at its two ends, (tau[k] + tau[k + 1]) / 2 (the
+    trapezoidal mean of a torque that varies smoothly between samples; second order in dt,
+    where holding tau[k] is first order); the last sample keeps its value.
+    """
+    tau = np.concatenate([0.5 * (traj.tau[:-1] + traj.tau[1:]), traj.tau[-1:]])
+    return dataclasses.replace(traj, tau=tau)
 
 
 def validate_trajectory(traj: Trajectory, min_samples: int = 3) -> Trajectory:

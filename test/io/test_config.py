@@ -205,6 +205,8 @@ BAD = [
     ('data.mocap_topics', ['/a', '/a'], 'data.mocap_topics: expected unique entries'),
     ('data.noise_std', [0.1, -0.1], r'data.noise_std\[1\]: expected number > 0'),
     ('data', [1], 'data: expected a map'),
+    ('data.torque_samples', 'sampled', 'data.torque_samples: expected one of held | '
+     'instantaneous'),
     ('model.actuator', 'magic', 'model.actuator: expected one of ideal | viscous'),
     ('model.integrator', 'euler', 'model.integrator: expected one of semi_implicit_euler'),
     ('model.dt', -0.1, 'model.dt: expected number > 0'),

@@ -19,9 +19,11 @@ WINDOWS = 5                                     # per phase
 
 def _problem(**online_changes):
     cfg = config_io.load_yaml(CONFIG)
-    # Small and quick: 8 particles, the cheaper integrator (data simulated with the same).
+    # Small and quick: 8 particles, the cheaper integrator; data from `pipeline.simulate`,
+    # whose torques are held commands.
     cfg = dataclasses.replace(
         cfg, model=dataclasses.replace(cfg.model, integrator='semi_implicit_euler'),
+        data=dataclasses.replace(cfg.data, torque_samples='held'),
         estimator=dataclasses.replace(cfg.estimator, particles=8),
         online=dataclasses.replace(cfg.online, save_path=None, **online_changes))
     return pipeline.build_problem(cfg)

@@ -196,6 +196,17 @@ def test_slice_and_properties():
     assert part.t[0] == pytest.approx(0.1)
 
 
+def test_hold_torques_gives_each_period_the_trapezoidal_mean():
+    # A ramp sampled at its stamps: the mean over [t_k, t_k+1] is its value at the midpoint.
+    traj = _trajectory(num=11, dt=0.1)
+    ramp = dataclasses.replace(traj, tau=np.stack([2.0 * traj.t, -traj.t + 1.0], axis=1))
+    held = trajectory.hold_torques(ramp)
+    mid = 0.5 * (ramp.t[:-1] + ramp.t[1:])
+    np.testing.assert_allclose(held.tau[:-1], np.stack([2.0 * mid, -mid + 1.0], axis=1))
+    np.testing.assert_array_equal(held.tau[-1], ramp.tau[-1])
+    np.testing.assert_array_equal(held.q, ramp.q)
+
+
 def test_all_names_importable():
     for name in trajectory.__all__:
         assert hasattr(trajectory, name)
