@@ -470,8 +470,14 @@ def fit_posterior(problem: Problem, trajs: Sequence[Trajectory], method: str,
     latest: list[Evaluation] = []
 
     def record(previous, new, info):
-        evaluation = Evaluation(*(np.asarray(v) for v in evaluate(new.particles, data)))
-        latest[:] = [evaluation]
+        if isinstance(info, csvgd.CSVGDInfo):
+            # CSVGD's step already evaluated the particles it started from: record those
+            # (one step behind) instead of paying another forward pass per step.
+            evaluation = Evaluation(np.asarray(previous.theta), np.asarray(info.log_lik),
+                                    np.asarray(info.max_defect))
+        else:
+            evaluation = Evaluation(*(np.asarray(v) for v in evaluate(new.particles, data)))
+            latest[:] = [evaluation]
         best.update(-evaluation.log_lik, evaluation.theta)
         stats['num_nonfinite'] += int(np.asarray(info.num_nonfinite))
         if hasattr(info, 'acceptance_rate'):
@@ -486,11 +492,16 @@ def fit_posterior(problem: Problem, trajs: Sequence[Trajectory], method: str,
                                record, progress, start)
     if latest:
         final = latest[0]
-    else:                                     # stopped before the first step completed
+    else:                             # csvgd, or stopped before the first step completed
         final = Evaluation(*(np.asarray(v) for v in evaluate(steps.state.particles, data)))
+        best.update(-final.log_lik, final.theta)
     particles = np.asarray(final.theta, dtype=float)
     best_theta, best_loss = best.overall()
     max_log_lik = float(np.max(final.log_lik))
+    final_loss = -2.0 * (max_log_lik + norm_c) / norm_n
+    history = steps.history
+    if not latest and len(history):       # csvgd: each entry was one step behind
+        history = np.append(history[1:], final_loss)
     info: dict[str, Any] = dict(sp.info)
     info.update(
         max_log_likelihood=max_log_lik,
@@ -512,7 +523,7 @@ def fit_posterior(problem: Problem, trajs: Sequence[Trajectory], method: str,
                      initial=np.asarray(theta_init, dtype=float),
                      lower=np.asarray(spec.lower_bounds, float),
                      upper=np.asarray(spec.upper_bounds, float),
-                     loss_history=steps.history, iterations=len(steps.history),
-                     final_loss=-2.0 * (max_log_lik + norm_c) / norm_n,
+                     loss_history=history, iterations=len(history),
+                     final_loss=final_loss,
                      wall_time=time.perf_counter() - start, consistent=consistent,
                      interrupted=steps.interrupted, info=info)
