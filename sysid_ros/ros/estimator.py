@@ -8,6 +8,9 @@ Parameters (read once, at start):
     `online.*`; see ARCHITECTURE.md and `io.config.OnlineConfig`) from a params file, and/or
   * `config` (string): a problem YAML file; keys given as ROS parameters override it;
   * `robot_description` (string): URDF XML that replaces `model.urdf` / `model.builder`;
+  * `robot_description_topic` (string, ''): without `robot_description`, wait at start for
+    the URDF on this std_msgs/String topic (transient local, as `robot_state_publisher`
+    publishes `/robot_description`) for at most `robot_description_timeout` (float, 30 s);
   * `verify_samples` (int, 8): random states of the Pinocchio check (0: skip it).
 A bad configuration prints one message naming the file and key and exits with status 2; a
 model whose JAX dynamics disagree with Pinocchio (`io.verify`) is refused (status 3).
@@ -64,9 +67,10 @@ from rcl_interfaces.srv import SetParameters
 import rclpy
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.task import Future
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension, String
 from std_srvs.srv import Trigger
 
 from sysid_ros.io import config as config_io
@@ -189,10 +193,35 @@ class Estimator(Node):
             tree = from_file
         cfg = config_io.from_dict(tree, path)
         description = self._param('robot_description', '')
+        topic = self._param('robot_description_topic', '')
+        if not description and topic:
+            description = self._wait_for_description(
+                topic, float(self._param('robot_description_timeout', 30.0)))
         if description:
             cfg = dataclasses.replace(cfg, model=dataclasses.replace(
                 cfg.model, urdf=description, builder=None))
         return cfg
+
+    def _wait_for_description(self, topic: str, timeout: float) -> str:
+        """The first URDF published on `topic` (latched), spinning this node for it."""
+        received = Future()
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+        def on_description(msg: String) -> None:
+            if not received.done():
+                received.set_result(msg.data)
+
+        sub = self.create_subscription(String, topic, on_description, latched)
+        try:
+            rclpy.spin_until_future_complete(self, received, timeout_sec=timeout)
+        finally:
+            self.destroy_subscription(sub)
+        if not received.done() or not received.result().strip():
+            raise config_io.ConfigError(f'robot_description_topic: no URDF on {topic} within '
+                                        f'{timeout:g} s')
+        self.get_logger().info(f'robot model from {topic} ({len(received.result())} bytes)')
+        return received.result()
 
     def _check_model(self, samples: int) -> None:
         """Compare the JAX model with Pinocchio (on the URDF itself where there is one)."""

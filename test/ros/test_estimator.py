@@ -8,7 +8,8 @@ estimator integrates at 100 Hz what the sim integrates at 1 kHz, a small model m
 A controller-like subscriber decodes the estimates with `EstimateClient`; a dummy controller
 node receives the pushed link2 mass; bad joint states are counted in the diagnostics without
 stopping the estimates; a silent topic goes WARN, then STALE; SIGINT writes a readable
-posterior; a bad configuration stops the node with one message. The payload pick-up is
+posterior; a bad configuration stops the node with one message; the model can come from a
+latched robot_description topic. The payload pick-up is
 tracked in the @slow test.
 """
 
@@ -21,10 +22,11 @@ from rcl_interfaces.msg import ParameterDescriptor
 import rclpy
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
+from std_msgs.msg import String
 from std_srvs.srv import Trigger
 import yaml
 
-from sysid_ros.io import online
+from sysid_ros.io import online, pipeline, urdf_export
 from sysid_ros.ros import messages
 from sysid_ros.ros.estimate_client import EstimateClient
 
@@ -235,3 +237,33 @@ def test_a_bad_config_stops_the_node_with_one_clear_message(bad_config_run):
     assert errors == ['estimator: error: /nonexistent/live.yaml: cannot read: No such file '
                       'or directory'], out
     assert 'Traceback' not in out
+
+
+def test_the_model_can_come_from_the_robot_description_topic(ros, start_node, tmp_path):
+    """A URDF latched on a topic (as robot_state_publisher does) becomes the model, is checked
+    against Pinocchio, and a topic that stays empty stops the node with one message."""
+    problem = pipeline.build_problem(CONFIG)
+    urdf = urdf_export.model_to_urdf(problem.model, problem.base_params)
+    latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    publisher = ros.node.create_publisher(String, '/sysid_test/robot_description', latched)
+    publisher.publish(String(data=urdf))
+    try:
+        est = start_node('sysid_ros.ros.estimator', '-p', f'config:={CONFIG}',
+                         '-p', 'robot_description_topic:=/sysid_test/robot_description',
+                         '-p', 'verify_samples:=4',
+                         '-p', f'online.save_path:={tmp_path / "posterior"}')
+        silent = start_node('sysid_ros.ros.estimator', '-p', f'config:={CONFIG}',
+                            '-p', 'robot_description_topic:=/sysid_test/nothing_here',
+                            '-p', 'robot_description_timeout:=2.0')
+        started = ros.spin_until(lambda: 'matches Pinocchio' in est.output()
+                                 or not est.running(), 120.0)
+        out = est.output()
+        assert started and est.running(), out
+        assert f'robot model from /sysid_test/robot_description ({len(urdf)} bytes)' in out
+        est.kill()
+        assert silent.wait(120.0) == 2, silent.output()
+        assert ('estimator: error: robot_description_topic: no URDF on /sysid_test/nothing_here '
+                'within 2 s') in silent.output()
+    finally:
+        ros.node.destroy_publisher(publisher)
