@@ -34,7 +34,8 @@ Publications (under the node's namespace):
   * `~/measured`, `~/predicted` (Float64MultiArray): the last window, (T, 1 + 2 nv)
     row-major; dim[0] = ('samples', T, ...), dim[1] = ('t,q.<joint>...,qd.<joint>...', ...);
     the prediction simulates the posterior mean from the window's first measured state.
-  * `~/diagnostics` (diagnostic_msgs/DiagnosticArray) at `online.diagnostics_rate`: one status
+  * `~/diagnostics` (diagnostic_msgs/DiagnosticArray) at `online.diagnostics_rate` of wall
+    time (also on sim time, where a finished replay stops the clock): one status
     per input topic (received, rate, seconds silent in wall time: WARN after
     `online.silent_warn`, STALE after `online.silent_stale`), one for the window buffer
     (fill, rejected messages by reason, ignored joint names, time jumps, dropped windows) and
@@ -65,6 +66,7 @@ import numpy as np
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 import rclpy
+from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -160,7 +162,10 @@ class Estimator(Node):
         self._ready = threading.Event()         # compiled and running
         self._worker = threading.Thread(target=self._work, name='estimator-worker',
                                         daemon=True)
-        self.create_timer(1.0 / cfg.online.diagnostics_rate, self._publish_diagnostics)
+        # Wall (steady) time: on sim time a paused or finished replay would stop the timer,
+        # and with it the diagnostics that report the silence.
+        self.create_timer(1.0 / cfg.online.diagnostics_rate, self._publish_diagnostics,
+                          clock=Clock(clock_type=ClockType.STEADY_TIME))
         self._worker.start()
         self.get_logger().info(
             f'{problem.model.name}: estimating {", ".join(problem.names)} with '
