@@ -143,8 +143,10 @@ def _cmd_fit(args) -> int:
     scores = figures = None
     if args.bag:
         extra['bag'] = os.path.abspath(args.bag)
-        scores, figures = _held_out_report(problem, result.particles, held_out or trajectories,
-                                           'held-out' if held_out else 'training')
+        if isinstance(problem, pipeline.Problem):        # mechanisms: no rollout metrics yet
+            scores, figures = _held_out_report(problem, result.particles,
+                                               held_out or trajectories,
+                                               'held-out' if held_out else 'training')
     else:
         extra['data'] = [os.path.abspath(p) for p in args.data]
     out = results.write_results(args.out, result, extra=extra,
@@ -275,8 +277,9 @@ def _cmd_simulate(args) -> int:
     if os.path.dirname(os.path.abspath(args.out)):
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     trajectory.save_trajectory(args.out, traj)
+    name = problem.config.model.mechanism or problem.model.name
     print(f'{args.out}: {traj.num_samples} samples at {1.0 / problem.dt:g} Hz of '
-          f'{problem.model.name} ({", ".join(problem.model.joint_names)}), noise std '
+          f'{name} ({", ".join(problem.joint_names)}), noise std '
           f'{args.noise:g}, seed {args.seed}')
     return 0
 

@@ -179,6 +179,11 @@ def four_bar(crank_angle=0.0, masses=(1.0, 2.0, 4.0), damping=0.0, gravity=GRAVI
     return mech, params, q0
 
 
+# Mechanism builders by name (`model.mechanism` of a configuration): each returns
+# (mechanism, params, q0) with q0 (n,) an assembled configuration that picks the branch.
+MECHANISMS = {'four_bar': four_bar}
+
+
 # ----------------------------------------------------------------------------- kinematics
 # Every bar vector is affine in q: d_k = D_k q + d0_k. The constant maps make Phi, its
 # Jacobian and its time derivatives closed-form (eq 43) and keep the compiled programs small.
@@ -394,6 +399,16 @@ def inverse_dynamics_independent(mech, params, q, qd, z, zd, zdd) -> jax.Array:
                             r.T @ (m @ (r @ zdd + s) - q_passive))
 
 
+def typical_torque(mech: Mechanism, params: MechanismParams, q: jax.Array) -> jax.Array:
+    """(nz,) typical angle-bar torque [N m] at the assembled configuration q (n,): the torque
+    that holds it against gravity plus the reduced inertia (R^T M R) times 1 rad/s^2."""
+    z = bar_angles(mech, q)
+    zero = jnp.zeros_like(z)
+    r = velocity_transform(mech, q, z)
+    gravity = inverse_dynamics_independent(mech, params, q, jnp.zeros_like(q), z, zero, zero)
+    return jnp.abs(gravity) + jnp.diag(r.T @ mass_matrix(mech, params) @ r)
+
+
 def simulate_independent_rk4(mech, params, q0, z0, zd0, u, dt, substeps=1):
     """Reference simulation: RK4 on (z, z') with the position problem solved at every stage.
 
@@ -436,6 +451,59 @@ def simulate_independent_rk4(mech, params, q0, z0, zd0, u, dt, substeps=1):
     _, traj = jax.lax.scan(step, ((z0, zd0), q0), u)
     return jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]),
                         (q0, qd0, z0, zd0), traj)
+
+
+def project_to_manifold(mech: Mechanism, q, qd, iterations=3):
+    """Coordinate projection of (q (n,), q' (n,)) onto Phi(q) = 0 and Phi_q q' = 0.
+
+    Gauss-Newton steps of the least-norm correction q <- q - A^T (A A^T)^-1 Phi(q), A = Phi_q,
+    then q' <- q' - A^T (A A^T)^-1 A q' (the orthogonal projection onto the null space of A).
+    """
+    def newton(_, x):
+        a = constraint_jacobian(mech, x)
+        return x - a.T @ spd_solve(a @ a.T, constraints(mech, x))
+    q = jax.lax.fori_loop(0, iterations, newton, q)
+    a = constraint_jacobian(mech, q)
+    return q, qd - a.T @ spd_solve(a @ a.T, a @ qd)
+
+
+def simulate_dependent_rk4(mech, params, q0, qd0, u, dt, substeps=1):
+    """Reference simulation that never uses the angle coordinates: RK4 on (q, q') with q''
+    from eq 6 (`forward_dynamics_dependent`), each RK4 step followed by a coordinate
+    projection onto the constraint manifold (`project_to_manifold`; Hairer, Lubich & Wanner,
+    Geometric Numerical Integration, IV.4), so the drift of the index-1 formulation stays at
+    round-off and no coordinate can become singular.
+
+    Args:
+      q0, qd0: (n,) initial state on the manifold [m, m/s].
+      u: (T, nz) torques [N m], held over each output step.
+      dt: output step [s]; each is integrated with `substeps` RK4 steps.
+
+    Returns:
+      (q, qd): (T + 1, n) trajectories at the output steps.
+    """
+    h = dt / substeps
+
+    def deriv(state, uk):
+        q, qd = state
+        return qd, forward_dynamics_dependent(mech, params, q, qd, uk)
+
+    def rk4(state, uk):
+        k1 = deriv(state, uk)
+        k2 = deriv(jax.tree.map(lambda x, k: x + 0.5 * h * k, state, k1), uk)
+        k3 = deriv(jax.tree.map(lambda x, k: x + 0.5 * h * k, state, k2), uk)
+        k4 = deriv(jax.tree.map(lambda x, k: x + h * k, state, k3), uk)
+        state = jax.tree.map(lambda x, a, b, c, d: x + h / 6 * (a + 2 * b + 2 * c + d),
+                             state, k1, k2, k3, k4)
+        return project_to_manifold(mech, *state), None
+
+    def step(state, uk):
+        state, _ = jax.lax.scan(rk4, state, jnp.broadcast_to(uk, (substeps,) + uk.shape))
+        return state, state
+
+    _, traj = jax.lax.scan(step, (q0, qd0), u)
+    return jax.tree.map(lambda first, rest: jnp.concatenate([first[None], rest]),
+                        (q0, qd0), traj)
 
 
 # ----------------------------------------------------------------------------- checks

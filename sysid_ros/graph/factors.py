@@ -104,9 +104,10 @@ def encoder_residual(mech, q, measured):
     return jnp.arctan2(jnp.sin(err), jnp.cos(err))
 
 
-def gyro_residual(mech, q, v, measured, bar):
-    """Gyroscope on bar `bar` (static int): angular velocity - measured (1,) [rad/s]."""
-    return mm.bar_angular_velocities(mech, q, v)[bar][None] - measured
+def gyro_residual(mech, bars, q, v, measured):
+    """Gyroscopes on the bars `bars` (static tuple of bar indices): their angular velocities
+    minus the readings measured (len(bars),) [rad/s]."""
+    return mm.bar_angular_velocities(mech, q, v)[np.array(bars, dtype=int)] - measured
 
 
 # ----------------------------------------------------------------------------- plumbing
@@ -145,7 +146,8 @@ def custom_factor(residual, keys, dims, dim, sigmas, consts=(), affine=False
       keys: GTSAM keys of the variables, in the residual's argument order.
       dims: size of each variable.
       dim: size of the residual.
-      sigmas: scalar or (d,) standard deviations of the residual (Gaussian noise model).
+      sigmas: scalar or (d,) standard deviations of the residual, or its (d, d) covariance
+        (Gaussian noise model).
       consts: arrays or pytrees passed after the variables (known data, parameters).
       affine: the residual is affine in the variables (priors, integrators): its JAX Jacobians
         and offset are evaluated once, and each linearisation is then a NumPy product.
@@ -154,7 +156,9 @@ def custom_factor(residual, keys, dims, dim, sigmas, consts=(), affine=False
     keys = [int(k) for k in keys]
     sigmas = np.atleast_1d(np.asarray(sigmas, dtype=float))
     d = int(dim)
-    if sigmas.size == 1:
+    if sigmas.ndim == 2:
+        noise = gtsam.noiseModel.Gaussian.Covariance(sigmas)
+    elif sigmas.size == 1:
         noise = gtsam.noiseModel.Isotropic.Sigma(d, float(sigmas[0]))
     else:
         noise = gtsam.noiseModel.Diagonal.Sigmas(sigmas)
@@ -190,6 +194,36 @@ def custom_factor(residual, keys, dims, dim, sigmas, consts=(), affine=False
             return err
 
     return gtsam.CustomFactor(noise, keys, error)
+
+
+def stacked_residual(parts, *args):
+    """Residuals of several factors on shared variables, concatenated.
+
+    Args:
+      parts: static tuple of (residual, variable indices, number of constants), one per factor.
+      args: the shared variables, then each part's constants in order.
+    """
+    num_vars = 1 + max(i for _, indices, _ in parts for i in indices)
+    variables, consts = args[:num_vars], args[num_vars:]
+    out, start = [], 0
+    for residual, indices, num_consts in parts:
+        out.append(residual(*(variables[i] for i in indices), *consts[start:start + num_consts]))
+        start += num_consts
+    return jnp.concatenate(out)
+
+
+def stacked_factor(keys, dims, parts, sigmas) -> gtsam.CustomFactor:
+    """One `gtsam.CustomFactor` for several factors on the variables `keys` (sizes `dims`): one
+    jitted call returns all their residuals and Jacobians, instead of one call per factor.
+
+    Args:
+      parts: sequence of (residual, variable indices into keys, constants, residual size).
+      sigmas: (sum of sizes,) standard deviations, the parts' in order.
+    """
+    spec = tuple((residual, tuple(indices), len(consts)) for residual, indices, consts, _ in parts)
+    consts = tuple(c for _, _, part_consts, _ in parts for c in part_consts)
+    dim = sum(size for *_, size in parts)
+    return custom_factor(bind(stacked_residual, spec), keys, dims, dim, sigmas, consts)
 
 
 class FactorLibrary:
@@ -264,11 +298,8 @@ class FactorLibrary:
         return custom_factor(self._bound(encoder_residual), [q], [self.n], self.nz, sigma,
                              (np.atleast_1d(np.asarray(measured, dtype=float)),))
 
-    def gyro(self, q, v, bar: int, measured, sigma):
-        residual = bind(_gyro_for_bar, self.mech, int(bar))
-        return custom_factor(residual, [q, v], [self.n] * 2, 1, sigma,
-                             (np.atleast_1d(np.asarray(measured, dtype=float)),))
-
-
-def _gyro_for_bar(mech, bar, q, v, measured):
-    return gyro_residual(mech, q, v, measured, bar)
+    def gyro(self, q, v, bars, measured, sigma):
+        """Gyroscopes on the bars `bars` (an index or a sequence of indices)."""
+        bars = tuple(int(b) for b in np.atleast_1d(bars))
+        return custom_factor(bind(gyro_residual, self.mech, bars), [q, v], [self.n] * 2,
+                             len(bars), sigma, (np.atleast_1d(np.asarray(measured, dtype=float)),))

@@ -2,10 +2,10 @@
 
 A parameter variable p (key 'p'), e.g. [rocker mass, crank friction], joins every dynamics factor
 of a dependent-coordinate graph (seed Fig 2); noisy sensors (angle encoders on the angle bars,
-optionally a gyroscope on one bar) enter as measurement factors. A `BatchFixedLagSmoother` keeps
-the last `window` steps and re-stamps p at every step so that it never leaves the window; its
-marginal covariance is read from the smoother's graph (which holds the marginal of the steps
-already dropped) after each update.
+optionally gyroscopes on bars) enter as measurement factors. A fixed-lag smoother (iSAM2 by
+default, see `smoother.make_smoother`) keeps the last `window` steps and re-stamps p at every step
+so that it never leaves the window; its marginal covariance is read from the smoother's graph
+(which holds the marginal of the steps already dropped) after each update.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from sysid_ros.core import mechanisms as mm
-from sysid_ros.graph.factors import FactorLibrary, bind, custom_factor, key
-from sysid_ros.graph.smoother import Sigmas, lm_params
+from sysid_ros.graph.factors import (FactorLibrary, bind, encoder_residual, gyro_residual, key,
+                                     position_residual, stacked_factor, velocity_residual)
+from sysid_ros.graph.smoother import Sigmas, make_smoother
 
 
 # With noisy sensors the kinematic factors need not be 1e-6-tight: looser ones keep the
@@ -46,6 +47,42 @@ def set_parameters(mech, names: tuple[str, ...], params: mm.MechanismParams, p):
         else:
             damping = damping.at[angle_names.index(bar)].set(p[i])
     return dataclasses.replace(params, bar_masses=masses, damping=damping)
+
+
+def get_parameters(mech, names: tuple[str, ...], params: mm.MechanismParams) -> np.ndarray:
+    """(len(names),) values of the entries `names` of `params` [kg, N m s/rad]."""
+    angle_names = [mech.bar_names[k] for k in mech.angle_bars]
+    values = []
+    for name in names:
+        bar, field = name.rsplit('.', 1)
+        values.append(params.bar_masses[mech.bar_names.index(bar)] if field == 'mass'
+                      else params.damping[angle_names.index(bar)])
+    return np.asarray(values, dtype=float)
+
+
+def assemble(mech, q_branch, angle, rate, num_steps=16):
+    """Initial state from measured angle coordinates, on the branch of q_branch.
+
+    The angles are moved from those of q_branch to `angle` (nz,) [rad] in `num_steps`
+    increments, solving the position problem at each (continuation keeps the branch).
+
+    Returns:
+      (q (n,) [m], v (n,) [m/s]) with v = R(q) rate, rate (nz,) [rad/s].
+
+    Raises:
+      MechanismError: the configuration is singular or cannot be assembled (names the
+        constraint).
+    """
+    angle = np.asarray(angle, dtype=float)
+    start = np.asarray(mm.bar_angles(mech, jnp.asarray(q_branch)))
+    turn = np.angle(np.exp(1j * (angle - start)))  # shortest way round
+    q = jnp.asarray(q_branch, dtype=float)
+    for s in np.linspace(0.0, 1.0, num_steps + 1)[1:]:
+        q = mm.solve_position(mech, jnp.asarray(start + s * turn), q)
+    z = jnp.asarray(start + turn)
+    mm.check_configuration(mech, q, z)
+    v = mm.velocity_transform(mech, q, z) @ jnp.asarray(rate, dtype=float)
+    return np.asarray(q), np.asarray(v)
 
 
 def check_parameter_names(mech, names) -> tuple[str, ...]:
@@ -98,6 +135,9 @@ class IdentificationResult(NamedTuple):
       mean: (T + 1, P) estimate of p after step k [kg, N m s/rad].
       std: (T + 1, P) marginal standard deviation of p after step k.
       q: (T + 1, n) position estimates (each step's value when it left the window).
+      cov: (P, P) marginal covariance of p after the last step.
+      error: (T + 1,) error of step k's new factors (half their whitened squared residuals)
+        after its update [-].
       wall_time: seconds in the smoother.
     """
 
@@ -105,28 +145,36 @@ class IdentificationResult(NamedTuple):
     mean: np.ndarray
     std: np.ndarray
     q: np.ndarray
+    cov: np.ndarray
+    error: np.ndarray
     wall_time: float
 
 
 def identify_online(mech, params, names, p_prior, p_sigma, q0, v0, u, encoder, dt, window,
                     encoder_sigma, gyro=None, gyro_bar=None, gyro_sigma=None,
                     state_sigma=1e-3, torque_sigma=1e-2, sigmas=IDENTIFICATION_SIGMAS,
-                    max_iterations=15, covariance_every=1) -> IdentificationResult:
+                    max_iterations=15, covariance_every=1, progress=None,
+                    smoother='incremental', relinearize_threshold=1e-3
+                    ) -> IdentificationResult:
     """Estimates the parameters `names` online from torques and noisy sensors.
 
     Args:
       params: nominal parameters (the entries not in `names` are taken as known).
       names: parameters to identify (see `parameter_names`).
-      p_prior, p_sigma: (P,) prior mean and standard deviation of the parameters.
+      p_prior: (P,) prior mean of the parameters; p_sigma: (P,) their prior standard
+        deviations or (P, P) prior covariance (e.g. the posterior of an earlier run).
       q0, v0: (n,) approximate initial state; state_sigma: its prior standard deviation.
       u: (T, nz) applied torques [N m]; encoder: (T + 1, nz) measured angle-bar angles [rad].
       dt: step [s]; window: steps kept by the smoother.
-      encoder_sigma: encoder noise [rad]; gyro: (T + 1,) measured angular velocity of bar
-        `gyro_bar` [rad/s] or None; gyro_sigma: its noise [rad/s].
+      encoder_sigma: encoder noise [rad]; gyro: (T + 1,) or (T + 1, G) measured angular
+        velocities of the bars `gyro_bar` (an index or G indices) [rad/s] or None; gyro_sigma:
+        their noise [rad/s].
       torque_sigma: projected equation-of-motion residual [N m]: model and discretisation
         error (the acceleration constraints use sigmas.acceleration).
       covariance_every: marginal covariance of p after every this many steps (and the last);
         std holds NaN in between.
+      progress: called after every step as `progress(step, num_steps, error, elapsed_s)`.
+      smoother, max_iterations, relinearize_threshold: see `smoother.make_smoother`.
     """
     names = check_parameter_names(mech, names)
     u = np.asarray(u, dtype=float).reshape(-1, mech.num_independent)
@@ -134,18 +182,22 @@ def identify_online(mech, params, names, p_prior, p_sigma, q0, v0, u, encoder, d
     if encoder.shape[0] != u.shape[0] + 1:
         raise mm.MechanismError(f'encoder: expected {u.shape[0] + 1} samples (one per step and '
                                 f'the initial one), got {encoder.shape[0]}')
+    if gyro is not None and len(gyro) != u.shape[0] + 1:
+        raise mm.MechanismError(f'gyro: expected {u.shape[0] + 1} samples, got {len(gyro)}')
     lib = FactorLibrary(mech)
     residual = bind(parametric_dynamics_residual, mech, names)
-    dyn_sigmas = np.array([torque_sigma] * mech.num_independent
-                          + [sigmas.acceleration] * mech.num_constraints)
-    n, num_p = mech.num_coords, len(names)
+    n, m, nz, num_p = mech.num_coords, mech.num_constraints, mech.num_independent, len(names)
+    gyro_bars = () if gyro is None else tuple(int(b) for b in np.atleast_1d(gyro_bar))
+    gyro_fn = bind(gyro_residual, mech, gyro_bars)
+    step_sigmas = np.concatenate([
+        np.full(m, sigmas.position), np.full(m, sigmas.velocity), np.full(nz, torque_sigma),
+        np.full(m, sigmas.acceleration), np.full(nz, encoder_sigma),
+        np.full(len(gyro_bars), gyro_sigma or 0.0)])
     lag = (window - 1) * dt * (1.0 + 1e-6)
-    lm = lm_params(max_iterations)
-    lm.setLinearSolverType('MULTIFRONTAL_QR')  # the parameter prior is weak next to the rest
-    smoother = gtsam.BatchFixedLagSmoother(lag, lm)
+    smoother = make_smoother(lag, smoother, max_iterations, relinearize_threshold)
     p_key = key('p', 0)
     state = dict(q=np.asarray(q0, dtype=float), v=np.asarray(v0, dtype=float), a=np.zeros(n))
-    mean, std, q_hist = [], [], [None] * (u.shape[0] + 1)
+    mean, std, errors, q_hist = [], [], [], [None] * (u.shape[0] + 1)
 
     start = time.perf_counter()
     for k in range(u.shape[0] + 1):
@@ -163,19 +215,22 @@ def identify_online(mech, params, names, p_prior, p_sigma, q0, v0, u, encoder, d
             for x, dx in (('q', 'v'), ('v', 'a')):
                 graph.add(lib.trapezoidal(key(x, k - 1), key(x, k), key(dx, k - 1), key(dx, k),
                                           n, dt, sigmas.integrator))
-        graph.add(lib.position(q, sigmas.position))
-        graph.add(lib.velocity(q, v, sigmas.velocity))
-        graph.add(custom_factor(residual, [q, v, a, p_key], [n] * 3 + [num_p], n, dyn_sigmas,
-                                (params, u[min(k, u.shape[0] - 1)])))
-        graph.add(lib.encoder(q, encoder[k], encoder_sigma))
+        # The step's constraint, dynamics and sensor factors as one (one JAX call each time
+        # the smoother relinearizes them): variables 0-3 are q, v, a, p.
+        parts = [(bind(position_residual, mech), (0,), (), m),
+                 (bind(velocity_residual, mech), (0, 1), (), m),
+                 (residual, (0, 1, 2, 3), (params, u[min(k, u.shape[0] - 1)]), n),
+                 (bind(encoder_residual, mech), (0,), (encoder[k],), nz)]
         if gyro is not None:
-            graph.add(lib.gyro(q, v, gyro_bar, gyro[k], gyro_sigma))
+            parts.append((gyro_fn, (0, 1), (np.atleast_1d(gyro[k]),), len(gyro_bars)))
+        graph.add(stacked_factor([q, v, a, p_key], [n] * 3 + [num_p], parts, step_sigmas))
         for kind in ('q', 'v', 'a'):
             values.insert(key(kind, k), guess[kind])
         stamps = {key(kind, k): k * dt for kind in ('q', 'v', 'a')}
         stamps[p_key] = k * dt
         smoother.update(graph, values, stamps)
         estimate = smoother.calculateEstimate()
+        errors.append(graph.error(estimate))
         mean.append(np.asarray(estimate.atVector(p_key)))
         if k % covariance_every == 0 or k == u.shape[0]:
             cov = marginal_covariance(smoother.getFactors(), estimate, p_key)
@@ -185,8 +240,14 @@ def identify_online(mech, params, names, p_prior, p_sigma, q0, v0, u, encoder, d
         for j in range(max(0, k - window + 1), k + 1):
             q_hist[j] = np.asarray(estimate.atVector(key('q', j)))
         state = {kind: np.asarray(estimate.atVector(key(kind, k))) for kind in ('q', 'v', 'a')}
+        if progress is not None:
+            progress(k + 1, u.shape[0] + 1, errors[-1], time.perf_counter() - start)
     return IdentificationResult(names=names, mean=np.stack(mean), std=np.stack(std),
-                                q=np.stack(q_hist), wall_time=time.perf_counter() - start)
+                                q=np.stack(q_hist), cov=cov, error=np.asarray(errors),
+                                wall_time=time.perf_counter() - start)
+
+
+_simulate_rk4 = jax.jit(mm.simulate_independent_rk4, static_argnames='substeps')
 
 
 def simulate_sensors(mech, params, q0, torque_fn, dt, num_steps, encoder_sigma, gyro_bar,
@@ -207,7 +268,7 @@ def simulate_sensors(mech, params, q0, torque_fn, dt, num_steps, encoder_sigma, 
     h = dt / substeps
     u_fine = np.asarray(torque_fn(np.arange(num_steps * substeps) * h), dtype=float)
     z0 = mm.bar_angles(mech, jnp.asarray(q0))
-    q, qd, z, _ = mm.simulate_independent_rk4(mech, params, jnp.asarray(q0), z0,
+    q, qd, z, _ = _simulate_rk4(mech, params, jnp.asarray(q0), z0,
                                               jnp.zeros_like(z0), jnp.asarray(u_fine), h)
     q, qd, z = (np.asarray(x)[::substeps] for x in (q, qd, z))
     omega = np.asarray(jax.vmap(lambda a, b: mm.bar_angular_velocities(mech, a, b))(q, qd)

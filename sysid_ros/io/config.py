@@ -41,6 +41,7 @@ __all__ = [
     'METHODS',
     'POINT_METHODS',
     'BAYESIAN_METHODS',
+    'GRAPH_METHODS',
     'LIKELIHOODS',
     'LOSSES',
     'ConfigError',
@@ -52,6 +53,7 @@ __all__ = [
     'Config',
     'from_dict',
     'from_flat_dict',
+    'check_graph_method',
     'nest_flat',
     'deep_merge',
     'load_yaml',
@@ -64,7 +66,8 @@ ACTUATORS = ('ideal', 'viscous', 'coulomb_viscous', 'stribeck', 'nn_friction', '
 INTEGRATORS = ('semi_implicit_euler', 'rk4', 'variational')
 BAYESIAN_METHODS = ('csvgd', 'svgd', 'sgld', 'nuts', 'emcee', 'cem')
 POINT_METHODS = ('diffnea', 'nea')
-METHODS = BAYESIAN_METHODS + POINT_METHODS
+GRAPH_METHODS = ('factor_graph',)         # planar mechanisms (model.mechanism), `graph`
+METHODS = BAYESIAN_METHODS + POINT_METHODS + GRAPH_METHODS
 LIKELIHOODS = ('product', 'sum')
 LOSSES = ('one_step', 'rollout')
 TORQUE_FROM_JOINT_STATES = 'joint_states.effort'
@@ -224,7 +227,10 @@ class ModelConfig:
         XML itself, or a reference such as `example-robot-data:panda` that `io.model_io`
         resolves. Exactly one of `urdf` and `builder` is set.
       builder: name of a canonical system in `core.builders` (e.g. `double_pendulum`).
-      builder_args: keyword arguments of the builder (e.g. `{l1: 0.5}`).
+      builder_args: keyword arguments of the builder or mechanism (e.g. `{l1: 0.5}`).
+      mechanism: name of a planar closed-chain mechanism in `core.mechanisms.MECHANISMS`
+        (e.g. `four_bar`), identified by `estimator.method: factor_graph`; it replaces urdf
+        and builder, and its joints are its angle coordinates (the crank).
       joints: joints that form the state vector, in order; empty: all movable joints.
       actuator: actuator/friction model, one of ACTUATORS.
       integrator: one of INTEGRATORS.
@@ -234,6 +240,7 @@ class ModelConfig:
     urdf: str | None = _opt(None, 'str', optional=True)
     builder: str | None = _opt(None, 'str', optional=True)
     builder_args: dict[str, Any] = _opt({}, 'map')
+    mechanism: str | None = _opt(None, 'str', optional=True)
     joints: tuple[str, ...] = _opt((), 'str_list')
     actuator: str = _opt('viscous', 'str', choices=ACTUATORS)
     integrator: str = _opt('semi_implicit_euler', 'str', choices=INTEGRATORS)
@@ -243,6 +250,12 @@ class ModelConfig:
     def from_dict(cls, d: Mapping[str, Any], path: str | None = None) -> 'ModelConfig':
         """Validate the `model` section; relative `urdf` paths resolve against `path`'s folder."""
         cfg = _section(cls, d, path, 'model')
+        if cfg.mechanism is not None:
+            if cfg.urdf is not None or cfg.builder is not None:
+                raise _error(path, 'model.mechanism', 'a planar mechanism replaces model.urdf '
+                             'and model.builder; expected neither beside it')
+            _check_factory('mechanism', cfg.mechanism, cfg.builder_args, path)
+            return cfg
         if (cfg.urdf is None) == (cfg.builder is None):
             raise _error(path, 'model', 'expected exactly one of urdf and builder, got '
                          + ('both' if cfg.urdf is not None else 'neither'))
@@ -251,7 +264,7 @@ class ModelConfig:
             if cfg.builder_args:
                 raise _error(path, 'model.builder_args', 'only allowed with model.builder')
         else:
-            _check_builder(cfg.builder, cfg.builder_args, path)
+            _check_factory('builder', cfg.builder, cfg.builder_args, path)
         return cfg
 
 
@@ -269,21 +282,25 @@ def _resolve_urdf(urdf: str, path: str | None) -> str:
     return resolved
 
 
-def _check_builder(builder: str, args: Mapping[str, Any], path: str | None) -> None:
-    """Check the builder's name and argument names against `core.builders.BUILDERS`."""
+def _check_factory(kind: str, builder: str, args: Mapping[str, Any], path: str | None) -> None:
+    """Check a builder's (`core.builders.BUILDERS`) or mechanism's
+    (`core.mechanisms.MECHANISMS`) name and argument names; `kind` is the model key."""
     try:
-        from sysid_ros.core.builders import BUILDERS
+        if kind == 'mechanism':
+            from sysid_ros.core.mechanisms import MECHANISMS as BUILDERS
+        else:
+            from sysid_ros.core.builders import BUILDERS
     except ImportError:                         # builders not available: leave it to the model
         return
     if builder not in BUILDERS:
-        raise _error(path, 'model.builder',
+        raise _error(path, f'model.{kind}',
                      f'expected one of {" | ".join(BUILDERS)}, got {builder!r}')
     signature = inspect.signature(BUILDERS[builder])
     accepts_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
     for key in args:
         if not accepts_any and key not in signature.parameters:
             raise _error(path, f'model.builder_args.{key}',
-                         f'unknown argument of builder {builder!r}; expected one of '
+                         f'unknown argument of {kind} {builder!r}; expected one of '
                          + ', '.join(signature.parameters))
 
 
@@ -422,6 +439,7 @@ class EstimatorConfig:
       likelihood: how the Bayesian methods combine the trajectories (pieces) of the data:
         `product` (independent experiments with one parameter vector: log-likelihoods add)
         or `sum` (an equally weighted mixture: each may come from other parameters).
+      lag: steps kept by the fixed-lag smoother of `factor_graph` [steps].
     """
 
     method: str = _opt('diffnea', 'str', choices=METHODS)
@@ -433,6 +451,7 @@ class EstimatorConfig:
     loss: str = _opt('rollout', 'str', choices=LOSSES)
     rollout_horizon: int = _opt(50, 'int', unit='steps', ge=1)
     likelihood: str = _opt('product', 'str', choices=LIKELIHOODS)
+    lag: int = _opt(10, 'int', unit='steps', ge=2)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], path: str | None = None) -> 'EstimatorConfig':
@@ -570,6 +589,9 @@ def from_dict(d: Mapping[str, Any], path: str | None = None) -> Config:
                  estimator=EstimatorConfig.from_dict(d.get('estimator'), path),
                  online=OnlineConfig.from_dict(d.get('online'), path),
                  source=None if path is None else str(path))
+    mismatch = check_graph_method(cfg.estimator.method, cfg.model.mechanism)
+    if mismatch:
+        raise _error(path, 'estimator.method', mismatch)
     unused = _UNUSED_BY_ACTUATOR.get(cfg.model.actuator, ())
     for name in cfg.parameters.names:
         attribute = _parameters.split_name(name)[1]
@@ -578,6 +600,18 @@ def from_dict(d: Mapping[str, Any], path: str | None = None) -> Config:
                          f'{attribute} is not part of actuator {cfg.model.actuator!r}; '
                          'expected a model.actuator that uses it (e.g. stribeck)')
     return cfg
+
+
+def check_graph_method(method: str, mechanism: str | None) -> str:
+    """Why `method` cannot run on this model ('' if it can): factor_graph identifies planar
+    mechanisms (model.mechanism), and only it does."""
+    if method in GRAPH_METHODS and mechanism is None:
+        return (f'{method} runs on a planar mechanism; expected model.mechanism (one of '
+                'core.mechanisms.MECHANISMS, e.g. four_bar) instead of model.urdf/builder')
+    if method not in GRAPH_METHODS and mechanism is not None:
+        return (f'model.mechanism {mechanism!r} is identified by '
+                f'{" | ".join(GRAPH_METHODS)} only, got {method!r}')
+    return ''
 
 
 def from_flat_dict(flat: Mapping[str, Any], path: str | None = None) -> Config:

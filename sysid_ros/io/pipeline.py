@@ -14,6 +14,15 @@
     in `run_steps`, the one loop with progress reports and Ctrl-C handling.
   * `simulate(problem, ...)`: synthetic data from the nominal model under a smooth random
     excitation, for demos and tests; `prediction_error` scores parameters on held-out data.
+  * Planar closed-chain mechanisms (`model.mechanism`, `core.mechanisms`) make a
+    `MechanismProblem`, identified by `factor_graph`: GTSAM's fixed-lag smoother with the
+    parameters as graph variables (`graph.identification`), run over the trajectories in turn.
+    Its Gaussian posterior is returned as the 2M sigma points of the unscented transform
+    (their mean and standard deviation are exactly the marginal's), with the estimate and its
+    marginal standard deviation over time in `FitResult.marginals`. The data are the angle
+    coordinates (the crank encoder: q, its rate: qd, a gyroscope on the crank) and torques.
+    `estimator.iterations` is not used (iSAM2 takes one Gauss-Newton step per sample), nor are
+    `fit`'s theta0 and seed (the prior comes from `parameters`).
 
 Conventions: the control period is dt = 1 / `data.rate`; `model.dt` (if given) is the
 integration step, so each command is integrated with round(1 / (rate dt)) substeps. The
@@ -51,6 +60,7 @@ import numpy as np
 import optax
 
 from sysid_ros.core import builders, dynamics, estimators, integrators, losses
+from sysid_ros.core import mechanisms
 from sysid_ros.core.parameters import ParameterSpec
 from sysid_ros.core.types import Params, RobotModel
 from sysid_ros.io import config as config_io
@@ -67,6 +77,7 @@ __all__ = [
     'run_steps',
     'NEA_MAX_ITERATIONS',
     'Problem',
+    'MechanismProblem',
     'FitResult',
     'build_problem',
     'prepare_trajectories',
@@ -88,6 +99,10 @@ NEA_REFINE_ITERATIONS = 100
 NEA_REFINE_MARGIN = 0.01
 # Samples dropped at both ends of each trajectory for NEA (filter edge effects).
 NEA_EDGE_SAMPLES = 3
+# factor_graph: sensor noise when data.noise_std is empty [rad, rad/s]; marginal covariance
+# of the parameters every this many steps (FitResult.marginals).
+GRAPH_DEFAULT_NOISE = (1e-3, 1e-2)
+GRAPH_MARGINAL_EVERY = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +154,8 @@ class FitResult:
       interrupted: True if stopped by Ctrl-C: a point estimator returns the best particles
         so far, a Bayesian method the latest ones.
       info: method-specific diagnostics (plain Python values).
+      marginals: online methods (factor_graph): {'t': (K,) [s], 'mean': (K, M), 'std': (K, M)}
+        the estimate and its marginal standard deviation as the data came in; else None.
     """
 
     method: str
@@ -154,6 +171,7 @@ class FitResult:
     consistent: np.ndarray
     interrupted: bool = False
     info: dict = dataclasses.field(default_factory=dict)
+    marginals: dict | None = None
 
     @property
     def mean(self) -> np.ndarray:
@@ -212,8 +230,8 @@ def _load_model(config: Config) -> tuple[RobotModel, Params]:
     return model, params
 
 
-def build_problem(config: Config | str) -> Problem:
-    """Configuration (or a YAML path) -> Problem.
+def build_problem(config: Config | str) -> Problem | MechanismProblem:
+    """Configuration (or a YAML path) -> Problem (MechanismProblem for a model.mechanism).
 
     Raises:
       ConfigError: unknown URDF/builder, joints that the model does not have, parameters of
@@ -221,6 +239,8 @@ def build_problem(config: Config | str) -> Problem:
     """
     if not isinstance(config, Config):
         config = config_io.load_yaml(config)
+    if config.model.mechanism is not None:
+        return _build_mechanism_problem(config)
     model, params = _load_model(config)
     spec = config_io.parameter_spec(config, model)
     dt = 1.0 / config.data.rate
@@ -244,7 +264,7 @@ def prepare_trajectories(problem: Problem, trajectories: Sequence[Trajectory | s
     """
     if not trajectories:
         raise DataError('no trajectories given')
-    joints = problem.model.joint_names
+    joints = problem.joint_names
     out = []
     for item in trajectories:
         if isinstance(item, Trajectory):
@@ -261,8 +281,8 @@ def prepare_trajectories(problem: Problem, trajectories: Sequence[Trajectory | s
             traj = trajectory_io.validate_trajectory(traj)
         else:
             traj = trajectory_io.load_trajectory(item, joints)
-        if traj.nv != problem.model.nv:
-            raise DataError(f'{traj.source or "trajectory"}: q: expected {problem.model.nv} '
+        if traj.nv != len(joints):
+            raise DataError(f'{traj.source or "trajectory"}: q: expected {len(joints)} '
                             f'joints, got {traj.nv}')
         if abs(traj.dt * problem.config.data.rate - 1.0) > trajectory_io.UNIFORM_RTOL:
             traj = trajectory_io.resample(traj, problem.config.data.rate)
@@ -516,15 +536,22 @@ def fit(config: Config | Problem | str, trajectories: Sequence[Trajectory | str]
       ConfigError, DataError: bad configuration or data, before anything is compiled.
     """
     start = time.perf_counter()
-    problem = config if isinstance(config, Problem) else build_problem(config)
+    problem = (config if isinstance(config, (Problem, MechanismProblem))
+               else build_problem(config))
     cfg = problem.config
     method = method or cfg.estimator.method
     if method not in FIT_METHODS:
         raise _config_error(cfg, 'estimator.method', f'sysid fit runs {" | ".join(FIT_METHODS)}'
                             f', got {method!r}; pass --method to choose one')
+    mismatch = config_io.check_graph_method(method, cfg.model.mechanism)
+    if mismatch:
+        raise _config_error(cfg, 'estimator.method', mismatch)
     iterations = int(iterations if iterations is not None else cfg.estimator.iterations)
     if iterations < 1:
         raise _config_error(cfg, 'estimator.iterations', f'expected >= 1, got {iterations}')
+    if isinstance(problem, MechanismProblem):
+        return _fit_factor_graph(problem, prepare_trajectories(problem, trajectories),
+                                 progress, start)
     spec = problem.spec
     if theta0 is not None:
         theta0 = np.asarray(theta0, dtype=float)
@@ -702,6 +729,8 @@ def simulate(problem: Problem, params: Params | None = None, duration: float = 1
       Trajectory with T = round(duration / dt) + 1 samples (tau of the last sample repeats
       the previous command).
     """
+    if isinstance(problem, MechanismProblem):
+        return _simulate_mechanism(problem, params, duration, noise, seed, torque_scale)
     model, cfg = problem.model, problem.config
     params = problem.base_params if params is None else params
     rng = np.random.default_rng(seed)
@@ -766,12 +795,14 @@ def prediction_error(problem: Problem, theta, trajectory: Trajectory, horizon: i
             else math.inf}
 
 
-def identified_urdf(problem: Problem, theta) -> str:
+def identified_urdf(problem: Problem, theta) -> str | None:
     """URDF text with the parameters `theta` (M,) written in.
 
     The configured URDF is updated (merged fixed links keep their values); a builder's model
-    gets a URDF of its own.
+    gets a URDF of its own; a planar mechanism has none (None).
     """
+    if isinstance(problem, MechanismProblem):
+        return None
     params = problem.spec.to_params(jnp.asarray(theta), problem.base_params)
     source = problem.config.model.urdf
     if source is None:
@@ -782,3 +813,151 @@ def identified_urdf(problem: Problem, theta) -> str:
         with open(source, encoding='utf-8') as f:
             source = f.read()
     return urdf_export.update_urdf(source, problem.model, problem.base_params, params)
+
+
+# ------------------------------------------------------------------------------------------
+# Planar mechanisms (factor_graph)
+# ------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class MechanismProblem:
+    """A planar closed-chain mechanism to identify with `factor_graph`.
+
+    Attributes:
+      config: the validated configuration (`model.mechanism`).
+      mechanism: static description (`core.mechanisms.Mechanism`).
+      base_params: nominal `MechanismParams` (builder values): every parameter not identified.
+      q_branch: (n,) an assembled configuration [m]; it picks the assembly branch.
+      names: parameters to identify ('<bar>.mass' [kg], '<angle bar>.damping' [N m s/rad]).
+      dt: sample period [s] = 1 / data.rate.
+    """
+
+    config: Config
+    mechanism: mechanisms.Mechanism
+    base_params: mechanisms.MechanismParams
+    q_branch: np.ndarray
+    names: tuple[str, ...]
+    dt: float
+
+    @property
+    def joint_names(self) -> tuple[str, ...]:
+        """The angle bars: their angles and rates are the data's q and qd."""
+        return tuple(self.mechanism.bar_names[k] for k in self.mechanism.angle_bars)
+
+
+def _build_mechanism_problem(config: Config) -> MechanismProblem:
+    from sysid_ros.graph import identification   # gtsam is imported only for mechanisms
+    cfg = config.model
+    try:
+        mech, params, q_branch = mechanisms.MECHANISMS[cfg.mechanism](**cfg.builder_args)
+    except (TypeError, ValueError) as exc:
+        raise _config_error(config, 'model.builder_args', str(exc)) from exc
+    joints = tuple(mech.bar_names[k] for k in mech.angle_bars)
+    if cfg.joints and set(cfg.joints) != set(joints):
+        raise _config_error(config, 'model.joints', f'mechanism {cfg.mechanism!r} has the '
+                            f'angle coordinates {", ".join(joints)}; got {list(cfg.joints)}')
+    known = identification.parameter_names(mech)
+    for name in config.parameters.names:
+        if name not in known:
+            raise _config_error(config, f'parameters.{name}', f'not a parameter of mechanism '
+                                f'{cfg.mechanism!r}; expected one of {", ".join(known)}')
+        if not all(map(math.isfinite, config.parameters.bounds[name])):
+            raise _config_error(config, f'parameters.{name}', 'factor_graph needs finite min '
+                                'and max (its Gaussian prior has std (max - min) / 4)')
+    return MechanismProblem(config=config, mechanism=mech, base_params=params,
+                            q_branch=np.asarray(q_branch), names=config.parameters.names,
+                            dt=1.0 / config.data.rate)
+
+
+def _graph_noise(problem: MechanismProblem) -> tuple[float, float]:
+    """(angle [rad], rate [rad/s]) sensor noise std from data.noise_std (one or two numbers)."""
+    noise = problem.config.data.noise_std or GRAPH_DEFAULT_NOISE
+    if len(noise) > 2:
+        raise _config_error(problem.config, 'data.noise_std', 'factor_graph: expected one '
+                            f'number or two (angle, rate), got {list(noise)}')
+    return float(noise[0]), float(noise[-1])
+
+
+def _sigma_points(mean: np.ndarray, cov: np.ndarray) -> np.ndarray:
+    """(2M, M) unscented-transform points mean +- sqrt(M) L_i (cov = L L^T): their mean and
+    (population) covariance are exactly mean and cov."""
+    chol = np.linalg.cholesky(cov)
+    offsets = np.sqrt(mean.size) * chol.T
+    return np.concatenate([mean + offsets, mean - offsets])
+
+
+def _fit_factor_graph(problem: MechanismProblem, trajs: Sequence[Trajectory],
+                      progress: Callable | None, start: float) -> FitResult:
+    """The fixed-lag smoother over each trajectory in turn; the Gaussian posterior of the
+    parameters after one is the prior of the next. The first prior has the mean
+    `parameters.*.init` (else the nominal value) and std (max - min) / 4."""
+    from sysid_ros.graph import identification
+    cfg, mech = problem.config, problem.mechanism
+    lower, upper = (np.array(b, dtype=float) for b in zip(*cfg.parameters.bounds.values()))
+    nominal = identification.get_parameters(mech, problem.names, problem.base_params)
+    mean = np.array([cfg.parameters.init.get(n, v) for n, v in zip(problem.names, nominal)])
+    cov = np.diag(((upper - lower) / 4.0) ** 2)
+    initial = mean[None].copy()
+    angle_sigma, rate_sigma = _graph_noise(problem)
+    total = sum(traj.num_samples for traj in trajs)
+    trace = collections.defaultdict(list)
+    done, t_offset = 0, 0.0
+    for traj in trajs:
+        try:
+            q0, v0 = identification.assemble(mech, problem.q_branch, traj.q[0], traj.qd[0])
+        except mechanisms.MechanismError as exc:
+            raise DataError(f'{traj.source or "trajectory"}: q: row 0: {exc}') from exc
+
+        def report(step, _, error, elapsed, done=done):
+            if progress is not None:
+                progress(done + step, total, error, time.perf_counter() - start)
+
+        res = identification.identify_online(
+            mech, problem.base_params, problem.names, mean, cov, q0, v0, traj.tau[:-1],
+            traj.q, problem.dt, cfg.estimator.lag, angle_sigma, gyro=traj.qd,
+            gyro_bar=mech.angle_bars, gyro_sigma=rate_sigma,
+            covariance_every=GRAPH_MARGINAL_EVERY, progress=report)
+        mean, cov = res.mean[-1], res.cov
+        rows = ~np.isnan(res.std[:, 0])
+        trace['t'].append(t_offset + traj.t[rows] - traj.t[0])
+        trace['mean'].append(res.mean[rows])
+        trace['std'].append(res.std[rows])
+        trace['loss'].append(res.error)
+        done, t_offset = done + traj.num_samples, t_offset + traj.duration + problem.dt
+    particles = _sigma_points(mean, cov)
+    is_mass = np.array([n.endswith('.mass') for n in problem.names])
+    consistent = np.all(np.where(is_mass, particles > 0.0, particles >= 0.0), axis=1)
+    loss = np.concatenate(trace.pop('loss'))
+    wall = time.perf_counter() - start
+    return FitResult(
+        method='factor_graph', names=problem.names, particles=particles, initial=initial,
+        lower=lower, upper=upper, loss_history=loss, iterations=loss.size,
+        final_loss=float(loss[-1]), wall_time=wall, consistent=consistent,
+        info=dict(lag_steps=cfg.estimator.lag, angle_noise=angle_sigma, rate_noise=rate_sigma,
+                  covariance=cov.tolist(), real_time_factor=t_offset / wall),
+        marginals={k: np.concatenate(v) for k, v in trace.items()})
+
+
+def _simulate_mechanism(problem: MechanismProblem, params, duration: float, noise: float,
+                        seed: int, torque_scale: float) -> Trajectory:
+    """Angle-coordinate encoders and rates (noise std `noise`) of the mechanism under a smooth
+    random torque (peaks `torque_scale` times `mechanisms.typical_torque`), simulated by RK4
+    in the angle coordinates at dt / 20 from rest at the builder's configuration."""
+    from sysid_ros.graph import identification
+    mech = problem.mechanism
+    params = problem.base_params if params is None else params
+    num = int(round(duration / problem.dt))
+    scale = torque_scale * np.asarray(mechanisms.typical_torque(mech, params,
+                                                                problem.q_branch))
+
+    def torque(t):
+        return excitation(t, scale, np.random.default_rng(seed))
+
+    u, _, _, angle, rate = identification.simulate_sensors(
+        mech, params, problem.q_branch, torque, problem.dt, num, encoder_sigma=noise,
+        gyro_bar=list(mech.angle_bars), gyro_sigma=noise, seed=seed)
+    if not (np.all(np.isfinite(angle)) and np.all(np.isfinite(rate))):
+        raise DataError('simulate: the simulation diverged; lower the excitation or the step')
+    return Trajectory(t=np.arange(num + 1) * problem.dt, q=angle, qd=rate,
+                      tau=np.concatenate([u, u[-1:]]), joint_names=problem.joint_names,
+                      source='simulate')

@@ -9,6 +9,8 @@
     `lower`, `upper` (M,), `loss_history` (K,);
   * `history.csv`: `iteration,loss`;
   * `convergence.png`: loss per iteration (log scale), drawn with matplotlib's Agg backend;
+  * with `result.marginals` (online methods: factor_graph): `marginals.csv`
+    (`t,mean_<name>...,std_<name>...`) and `marginals.png` (estimate +- 2 std over time);
   * with `metrics`: `metrics.json` (held-out scores, see `io.segments.posterior_metrics`);
   * with `figures`: the PNGs that `figures(folder)` draws (`FIGURES`).
 
@@ -41,6 +43,7 @@ __all__ = [
     'read_estimate',
     'estimate_dict',
     'plot_convergence',
+    'plot_marginals',
 ]
 
 FIGURES = ('trajectory_density.png', 'posterior.png')
@@ -48,7 +51,8 @@ FIGURES = ('trajectory_density.png', 'posterior.png')
 BASE_FILES = ('estimate.yaml', 'posterior.npz', 'history.csv', 'convergence.png',
               'robot_identified.urdf')
 EVALUATION_FILES = ('metrics.json',) + FIGURES
-FILES = BASE_FILES + EVALUATION_FILES
+MARGINAL_FILES = ('marginals.csv', 'marginals.png')   # written with `result.marginals`
+FILES = BASE_FILES + EVALUATION_FILES + MARGINAL_FILES
 
 
 class ResultsError(InputError):
@@ -117,6 +121,28 @@ def plot_convergence(path: str, history: np.ndarray, title: str = '') -> None:
     fig.savefig(path, format='png')
 
 
+def plot_marginals(path: str, t: np.ndarray, mean: np.ndarray, std: np.ndarray,
+                   names) -> None:
+    """Each parameter's estimate with its +-2 std band over time (t (K,) [s], mean and std
+    (K, M)), one panel per parameter. PNG, Agg backend."""
+    import matplotlib
+    matplotlib.use('Agg', force=True)
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.0, 2.2 * len(names) + 0.6), dpi=100)
+    for k, name in enumerate(names):
+        ax = fig.add_subplot(len(names), 1, k + 1)
+        ax.fill_between(t, mean[:, k] - 2 * std[:, k], mean[:, k] + 2 * std[:, k],
+                        alpha=0.3, label='+-2 std')
+        ax.plot(t, mean[:, k], lw=1.5, label='estimate')
+        ax.set_ylabel(name)
+        ax.grid(True, alpha=0.3)
+    ax.set_xlabel('t [s]')
+    ax.legend(loc='best', fontsize='small')
+    fig.tight_layout()
+    fig.savefig(path, format='png')
+
+
 def _write_all(folder: str, result, extra: Mapping[str, Any] | None,
                urdf: str | None, metrics: Mapping[str, Any] | None = None,
                figures: Callable[[str], None] | None = None) -> None:
@@ -134,6 +160,14 @@ def _write_all(folder: str, result, extra: Mapping[str, Any] | None,
                header='iteration,loss', comments='', fmt=['%d', '%.10g'])
     plot_convergence(os.path.join(folder, 'convergence.png'), result.loss_history,
                      f'{result.method}: final loss {result.final_loss:.3g}')
+    marginals = getattr(result, 'marginals', None)
+    if marginals is not None:
+        t, mean, std = (np.asarray(marginals[k]) for k in ('t', 'mean', 'std'))
+        header = ','.join(['t'] + [f'mean_{n}' for n in result.names]
+                          + [f'std_{n}' for n in result.names])
+        np.savetxt(os.path.join(folder, 'marginals.csv'), np.column_stack([t, mean, std]),
+                   delimiter=',', header=header, comments='', fmt='%.10g')
+        plot_marginals(os.path.join(folder, 'marginals.png'), t, mean, std, result.names)
     if urdf is not None:
         with open(os.path.join(folder, 'robot_identified.urdf'), 'w', encoding='utf-8') as f:
             f.write(urdf)

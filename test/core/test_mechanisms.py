@@ -92,16 +92,34 @@ def test_jit_and_vmap():
     assert np.all(np.isfinite(grad.bar_masses)) and np.all(np.isfinite(grad.damping))
 
 
-def test_rk4_reference_conserves_energy_without_friction():
+@pytest.fixture(scope='module')
+def free_fall():
+    """100 steps of 10 ms from crank angle 0 at rest, RK4 in the crank angle (4 substeps)."""
     mech, params, q0 = mm.four_bar()
     q, qd, z, _ = jax.jit(lambda u: mm.simulate_independent_rk4(
         mech, params, q0, jnp.zeros(1), jnp.zeros(1), u, 0.01, substeps=4))(jnp.zeros((100, 1)))
+    return mech, params, q0, q, qd, z
+
+
+def test_rk4_reference_conserves_energy_without_friction(free_fall):
+    mech, params, _, q, qd, z = free_fall
     m = mm.mass_matrix(mech, params)
     heights = jax.vmap(lambda x: mm.bar_maps(mech)[3].T @ x)(q)  # per-bar weight . position
     energy = 0.5 * jnp.einsum('ti,ij,tj->t', qd, m, qd) - heights @ params.bar_masses
     assert float(jnp.ptp(energy)) < 1e-6 * float(jnp.abs(energy).max())
     assert float(jnp.abs(jax.vmap(lambda x: mm.constraints(mech, x))(q)).max()) < 1e-10
     assert float(z[-1, 0]) < -0.5  # it falls
+
+
+def test_dependent_reference_matches_independent_reference(free_fall):
+    """Two references that share no coordinate: dependent RK4 + projection vs crank-angle RK4
+    (both at 2.5 ms; they differ by their truncation errors only)."""
+    mech, params, q0, q_ind, qd_ind, _ = free_fall
+    q_dep, qd_dep = jax.jit(lambda u: mm.simulate_dependent_rk4(
+        mech, params, q0, jnp.zeros(4), u, 0.01, substeps=4))(jnp.zeros((100, 1)))
+    np.testing.assert_allclose(q_dep, q_ind, atol=1e-7)
+    np.testing.assert_allclose(qd_dep, qd_ind, atol=1e-6)
+    assert float(jnp.abs(jax.vmap(lambda q: mm.constraints(mech, q))(q_dep)).max()) < 1e-12
 
 
 def _points(extra=()):
@@ -143,3 +161,24 @@ def test_bad_states_name_the_constraint():
     with pytest.raises(mm.MechanismError, match="angle of bar 'crank'.*redundant"):
         mm.check_configuration(over, jnp.array([1.0, 0.0, 1.0, 2.0]), z=jnp.array([0.0]))
     mm.check_configuration(MECH, Q0, z=Z, qd=QD)
+
+
+
+def test_projection_lands_on_the_manifold_and_keeps_points_on_it():
+    q, qd = mm.project_to_manifold(MECH, Q0 + jnp.array([0.01, -0.02, 0.015, 0.01]),
+                                   QD + 0.1)
+    np.testing.assert_allclose(mm.constraints(MECH, q), 0.0, atol=1e-12)
+    np.testing.assert_allclose(mm.constraint_jacobian(MECH, q) @ qd, 0.0, atol=1e-12)
+    same_q, same_qd = mm.project_to_manifold(MECH, Q0, QD)
+    np.testing.assert_allclose(same_q, Q0, atol=1e-14)
+    np.testing.assert_allclose(same_qd, QD, atol=1e-12)
+
+
+def test_typical_torque_holds_gravity_plus_inertia():
+    torque = mm.typical_torque(MECH, PARAMS, Q0)
+    r = mm.velocity_transform(MECH, Q0, Z)
+    hold = mm.inverse_dynamics_independent(MECH, PARAMS, Q0, jnp.zeros(4), Z, jnp.zeros(1),
+                                           jnp.zeros(1))
+    np.testing.assert_allclose(torque, jnp.abs(hold) + jnp.diag(r.T @ mm.mass_matrix(
+        MECH, PARAMS) @ r), rtol=1e-12)
+    assert float(torque[0]) > 0.0

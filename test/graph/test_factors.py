@@ -7,7 +7,8 @@ import pytest
 
 from sysid_ros.core import mechanisms as mm
 from sysid_ros.graph import identification as gi
-from sysid_ros.graph.factors import FactorLibrary, bind, custom_factor, key
+from sysid_ros.graph.factors import (FactorLibrary, bind, custom_factor, encoder_residual,
+                                     gyro_residual, key, position_residual, stacked_factor)
 
 MECH, PARAMS, Q0 = mm.four_bar(crank_angle=0.4, damping=0.3)
 LIB = FactorLibrary(MECH)
@@ -51,8 +52,16 @@ def _factors():
         'link_acceleration': LIB.link_acceleration(q, v, a, z, w, b, 1e-3),
         'encoder': LIB.encoder(q, [0.5], 1e-3),
         'gyro': LIB.gyro(q, v, 1, [0.2], 1e-2),
+        'gyro_two_bars': LIB.gyro(q, v, (0, 2), [0.2, -0.1], [1e-2, 2e-2]),
         'parametric_dynamics': custom_factor(residual, [q, v, a, key('p', 0)], [N] * 3 + [2], N,
                                              1e-2, (PARAMS, np.array([0.7]))),
+        'stacked': stacked_factor(
+            [q, v, a, key('p', 0)], [N] * 3 + [2],
+            [(bind(position_residual, MECH), (0,), (), 3),
+             (residual, (0, 1, 2, 3), (PARAMS, np.array([0.7])), N),
+             (bind(encoder_residual, MECH), (0,), (np.array([0.5]),), 1),
+             (bind(gyro_residual, MECH, (1,)), (0, 1), (np.array([0.2]),), 1)],
+            [1e-3] * 3 + [1e-2] * N + [1e-3, 1e-2]),
     }
 
 
@@ -109,3 +118,20 @@ def test_factor_residual_vanishes_on_a_consistent_state():
                  'inverse_dynamics_independent', 'link_position', 'link_velocity',
                  'link_acceleration', 'position', 'velocity', 'parametric_dynamics'):
         assert np.abs(FACTORS[name].unwhitenedError(values)).max() < 1e-9, name
+
+
+def test_prior_with_a_full_covariance():
+    cov = np.array([[0.04, 0.01], [0.01, 0.09]])
+    factor = LIB.prior(key('p', 0), [3.0, 0.6], cov)
+    np.testing.assert_allclose(factor.noiseModel().covariance(), cov, rtol=1e-12)
+    p = VALUES.atVector(key('p', 0))
+    err = p - np.array([3.0, 0.6])
+    np.testing.assert_allclose(factor.error(VALUES), 0.5 * err @ np.linalg.solve(cov, err),
+                               rtol=1e-12)
+
+
+def test_stacked_factor_concatenates_its_parts():
+    parts = ('position', 'parametric_dynamics', 'encoder', 'gyro')
+    np.testing.assert_allclose(FACTORS['stacked'].unwhitenedError(VALUES),
+                               np.concatenate([FACTORS[name].unwhitenedError(VALUES)
+                                               for name in parts]), rtol=1e-12)

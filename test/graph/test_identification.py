@@ -63,3 +63,25 @@ def test_unknown_parameter_name_is_rejected():
     with pytest.raises(mm.MechanismError, match='encoder: expected 3 samples'):
         gi.identify_online(mech, params, ('rocker.mass',), np.ones(1), np.ones(1), q0,
                            np.zeros(4), np.zeros((2, 1)), np.zeros((5, 1)), DT, 3, 1e-3)
+
+
+def test_assemble_follows_the_branch_to_a_measured_angle():
+    mech, params, q0 = mm.four_bar()
+
+    def transmission(q):                   # sign of coupler x rocker: which assembly branch
+        d = np.asarray(mm.bar_vectors(mech, q))
+        return np.sign(d[1, 0] * d[2, 1] - d[1, 1] * d[2, 0])
+    q, v = gi.assemble(mech, q0, [-2.5], [1.2])
+    np.testing.assert_allclose(mm.constraints(mech, q), 0.0, atol=1e-12)
+    np.testing.assert_allclose(mm.bar_angles(mech, q), [-2.5], atol=1e-12)
+    np.testing.assert_allclose(mm.constraint_jacobian(mech, q) @ v, 0.0, atol=1e-12)
+    np.testing.assert_allclose(mm.bar_angular_velocities(mech, q, v)[0], 1.2, rtol=1e-12)
+    assert transmission(q) == transmission(q0)
+
+
+def test_get_parameters_inverts_set_parameters():
+    mech, params, _ = mm.four_bar(damping=0.3)
+    names = ('rocker.mass', 'crank.damping', 'crank.mass')
+    np.testing.assert_allclose(gi.get_parameters(mech, names, params), [4.0, 0.3, 1.0])
+    changed = gi.set_parameters(mech, names, params, np.array([5.0, 0.1, 2.0]))
+    np.testing.assert_allclose(gi.get_parameters(mech, names, changed), [5.0, 0.1, 2.0])
