@@ -14,7 +14,8 @@ mu_k = mu_{k+1} A_k + D1 l(x_k) from mu_kf = D1 l(x_kf) + D1 m(x_kf) (eqs. 9-10;
 calls the costate lambda; here mu, to keep lambda for the constraint multipliers).
 
 `projected_armijo_descent` is the seed's optimiser: steepest descent with an Armijo line
-search, projected onto box bounds.
+search, projected onto box bounds; with `gauss_newton` it searches along the Gauss-Newton
+direction built from `forward_sensitivities` (the tangent-linear model of eq. 6) instead.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ import numpy as np
 
 from sysid_ros.core import variational
 from sysid_ros.core.variational import MechanicalSystem
+
+
+def _at(tree, k):
+    """Entry k of every leaf of a pytree with a leading time axis."""
+    return jax.tree_util.tree_map(lambda t: t[k], tree)
 
 
 def linearize_step(system: MechanicalSystem, x, x_next, multiplier, u, rho, dt):
@@ -78,23 +84,68 @@ def adjoint_gradient(system: MechanicalSystem, running_cost: Callable, terminal_
     kf = states.shape[0] - 1
     d_running = jax.grad(running_cost, argnums=(0, 2))
     d_terminal = jax.grad(terminal_cost, argnums=(0, 2))
-    at = lambda tree, k: jax.tree_util.tree_map(lambda t: t[k], tree)  # noqa: E731
-    dl_x, dl_rho = d_running(states[kf], at(targets, kf), rho)
-    dm_x, dm_rho = d_terminal(states[kf], at(targets, kf), rho)
+    dl_x, dl_rho = d_running(states[kf], _at(targets, kf), rho)
+    dm_x, dm_rho = d_terminal(states[kf], _at(targets, kf), rho)
     costate = dl_x + dm_x
     grad = dl_rho + dm_rho
 
     def backward(carry, k):
         costate, grad = carry
-        A, B = linearize_step(system, states[k], states[k + 1], at(info.multiplier, k),
-                              at(inputs, k), rho, dt)
+        A, B = linearize_step(system, states[k], states[k + 1], _at(info.multiplier, k),
+                              _at(inputs, k), rho, dt)
         grad = grad + costate @ B
-        dl_x, dl_rho = d_running(states[k], at(targets, k), rho)
+        dl_x, dl_rho = d_running(states[k], _at(targets, k), rho)
         keep = (k >= 1).astype(states.dtype)
         return (costate @ A + keep * dl_x, grad + keep * dl_rho), None
 
     (_, grad), _ = jax.lax.scan(backward, (costate, grad), jnp.arange(kf - 1, -1, -1))
     return grad
+
+
+def forward_sensitivities(system: MechanicalSystem, states, info: variational.StepInfo, inputs,
+                          rho, dt):
+    """S_k = dx_k/drho (kf + 1, 2nq, np) by the tangent-linear recursion of eq. 6,
+    S_k+1 = A_k S_k + B_k from S_0 = 0 (x_0 does not depend on rho).
+
+    One pass costs what the adjoint pass costs (one `linearize_step` per step) and gives the
+    Jacobian of every output, which Gauss-Newton needs when there are few parameters.
+
+    Args:
+      states, info: `variational.rollout` output for (inputs, rho); inputs: leading axis kf.
+    """
+
+    def forward(S, k):
+        A, B = linearize_step(system, states[k], states[k + 1], _at(info.multiplier, k),
+                              _at(inputs, k), rho, dt)
+        S = A @ S + B
+        return S, S
+
+    S0 = jnp.zeros((states.shape[1], rho.shape[0]), states.dtype)
+    _, S = jax.lax.scan(forward, S0, jnp.arange(states.shape[0] - 1))
+    return jnp.concatenate([S0[None], S])
+
+
+def gauss_newton_system(output: Callable, states, targets, sensitivities,
+                        terminal: bool = True):
+    """Gradient g (np,) and Gauss-Newton matrix H (np, np) of the least-squares cost
+    J = sum_{k=1}^{kf} |output(x_k) - target_k|^2 (+ the same terminal term when `terminal`).
+
+    With r_k = output(x_k) - target_k and J_k = D output(x_k) S_k: g = 2 sum_k J_k^T r_k,
+    H = 2 sum_k J_k^T J_k (the terminal step counted once more).
+
+    Args:
+      output: x (2nq,) -> (m,) the fitted output (end-effector position, joint angles, ...).
+      states: (kf + 1, 2nq); targets: (kf + 1, m); sensitivities: (kf + 1, 2nq, np) from
+        `forward_sensitivities`.
+    """
+    r = jax.vmap(output)(states[1:]) - targets[1:]
+    J = jax.vmap(lambda x, S: jax.jacfwd(output)(x) @ S)(states[1:], sensitivities[1:])
+    weight = jnp.ones(r.shape[0], r.dtype)
+    if terminal:
+        weight = weight.at[-1].add(1.0)
+    g = 2.0 * jnp.einsum('k,kmi,km->i', weight, J, r)
+    H = 2.0 * jnp.einsum('k,kmi,kmj->ij', weight, J, J)
+    return g, H
 
 
 class DescentResult(NamedTuple):
@@ -115,20 +166,31 @@ class DescentResult(NamedTuple):
 def projected_armijo_descent(value_and_grad: Callable, cost: Callable, rho0, lower, upper,
                              alpha: float = 0.4, beta: float = 0.4, step0: float = 1.0,
                              max_iterations: int = 50, grad_tol: float = 1e-6,
-                             max_backtracks: int = 30) -> DescentResult:
-    """Steepest descent with an Armijo line search under box bounds (seed 002 IV-E).
+                             max_backtracks: int = 30,
+                             gauss_newton: bool = False) -> DescentResult:
+    """Descent with an Armijo line search under box bounds (seed 002 IV-E).
 
-    rho_new = clip(rho - s g, lower, upper); accept the first s in step0 beta^j with
-    J(rho_new) <= J(rho) - alpha g . (rho - rho_new) (alpha = beta = 0.4 in the seed).
-    Runs on the host around jitted `value_and_grad` (rho -> (J, g)) and `cost` (rho -> J).
+    rho_new = clip(rho - s d, lower, upper) along d = g (steepest descent, the seed's
+    method) or, with `gauss_newton`, d = H^-1 g where `value_and_grad` also returns the
+    Gauss-Newton matrix H (np, np) (2 J_r^T J_r for J = |r|^2). Accept the first s in
+    step0 beta^j with J(rho_new) <= J(rho) - alpha g . (rho - rho_new) (alpha = beta = 0.4
+    in the seed). Runs on the host around jitted `value_and_grad` (rho -> (J, g) or
+    (J, g, H)) and `cost` (rho -> J); a non-finite cost (a failed rollout) counts as no
+    decrease.
 
     Stops when the projected gradient norm falls below grad_tol, when no step decreases the
     cost, or after max_iterations.
     """
     lower, upper = np.asarray(lower, float), np.asarray(upper, float)
+
+    def evaluate(rho):
+        out = [np.asarray(a) for a in value_and_grad(rho)]
+        direction = np.linalg.solve(out[2], out[1]) if gauss_newton else out[1]
+        return float(out[0]), out[1], direction
+
     rho = np.clip(np.asarray(rho0, float), lower, upper)
-    value, grad = (np.asarray(a) for a in value_and_grad(rho))
-    history = [(float(value), rho.copy())]
+    value, grad, direction = evaluate(rho)
+    history = [(value, rho.copy())]
     step = step0
     iterations = 0
     for iterations in range(1, max_iterations + 1):
@@ -137,7 +199,7 @@ def projected_armijo_descent(value_and_grad: Callable, cost: Callable, rho0, low
             iterations -= 1
             break
         for _ in range(max_backtracks):
-            candidate = np.clip(rho - step * grad, lower, upper)
+            candidate = np.clip(rho - step * direction, lower, upper)
             candidate_value = float(cost(candidate))
             if candidate_value <= value - alpha * grad @ (rho - candidate):
                 break
@@ -146,9 +208,8 @@ def projected_armijo_descent(value_and_grad: Callable, cost: Callable, rho0, low
             iterations -= 1
             break
         rho = candidate
-        value, grad = (np.asarray(a) for a in value_and_grad(rho))
-        history.append((float(value), rho.copy()))
+        value, grad, direction = evaluate(rho)
+        history.append((value, rho.copy()))
         step = min(step / beta, step0)
     projected = rho - np.clip(rho - grad, lower, upper)
-    return DescentResult(rho, float(value), iterations, float(np.linalg.norm(projected)),
-                         history)
+    return DescentResult(rho, value, iterations, float(np.linalg.norm(projected)), history)

@@ -351,12 +351,31 @@ def soft_relu(g, sharpness: float = 50.0):
     return jax.nn.softplus(sharpness * g) / sharpness
 
 
+def along_path(fn, q, qd, qdd):
+    """fn and its first two time derivatives along q(t) = q + t qd + t^2/2 qdd at t = 0.
+
+    Exact, by nested jvps in the scalar t: for a configuration sample (q, qd, qdd) these are
+    fn(q), d/dt fn(q(t)) and d^2/dt^2 fn(q(t)).
+
+    Returns:
+      (value, rate, second rate), each shaped like fn(q).
+    """
+    def value(t):
+        return fn(q + t * qd + 0.5 * t**2 * qdd)
+
+    def value_and_rate(t):
+        return jax.jvp(value, (t,), (jnp.ones_like(t),))
+
+    zero = jnp.zeros((), q.dtype)
+    (f, f_dot), (_, f_ddot) = jax.jvp(value_and_rate, (zero,), (jnp.ones_like(zero),))
+    return f, f_dot, f_ddot
+
+
 def derivative_level_penalty(inequality, q, qd, qdd, sharpness: float = 50.0):
     """Penalty h^2 + hd^2 + hdd^2 of h = soft_relu(g(q)) along a trajectory sample.
 
     Enforces the relaxed inequality g(q) <= 0 "on the derivative level" (seed 001 3.3):
-    h, its first and second time derivatives along (qd, qdd) must vanish. The derivatives
-    are exact: with phi(t) = h(q + t qd + t^2 qdd / 2), hd = phi'(0) and hdd = phi''(0).
+    h, its first and second time derivatives along (qd, qdd) must vanish (`along_path`).
 
     Args:
       inequality: q -> (nc,) constraint values g, feasible where <= 0.
@@ -365,37 +384,39 @@ def derivative_level_penalty(inequality, q, qd, qdd, sharpness: float = 50.0):
     Returns:
       () sum of squares over the constraints.
     """
-    def h_along(t):
-        return soft_relu(inequality(q + t * qd + 0.5 * t**2 * qdd), sharpness)
-
-    def h_and_rate(t):
-        return jax.jvp(h_along, (t,), (jnp.ones_like(t),))
-
-    zero = jnp.zeros((), q.dtype)
-    (h, hd), (_, hdd) = jax.jvp(h_and_rate, (zero,), (jnp.ones_like(zero),))
+    h, hd, hdd = along_path(lambda q: soft_relu(inequality(q), sharpness), q, qd, qdd)
     return jnp.sum(h**2 + hd**2 + hdd**2)
 
 
 def string_tension_force(ball, ball_velocity, anchor, anchor_velocity, anchor_acceleration,
-                         length, mass, gravity=builders.GRAVITY, sharpness: float = 50.0):
+                         length, mass, gravity=builders.GRAVITY, sharpness: float = 50.0,
+                         frequency: float = 0.0, slack_tolerance: float = 0.0):
     """Closed-form force (3,) [N] of an inextensible massless string on a ball (ball in a cup).
 
     By virtual work, the string force is along r = ball - anchor, f = lam r, with lam chosen
-    so that the constraint C = (|r|^2 - length^2) / 2 has C_ddot = 0 while the string is
-    taut: lam = -m (r . (g - a_anchor) + |r_dot|^2) / |r|^2. The string only pulls (lam <= 0)
-    and only acts when taut (|r| >= length); both switches use the softplus relaxation of
-    ReLU, so the force is smooth in every argument and parameter.
+    so that the constraint C = (|r|^2 - length^2) / 2 follows C_ddot = -2 w C_dot - w^2 C
+    while the string is taut (Baumgarte stabilisation at `frequency` w [rad/s]; w = 0 gives
+    C_ddot = 0 and lets a drift in length persist):
+    lam = m (-2 w C_dot - w^2 C - r . (g - a_anchor) - |r_dot|^2) / |r|^2. The string only
+    pulls (lam <= 0) and only acts when taut (|r| >= length - slack_tolerance); both
+    switches use the softplus relaxation of ReLU (seed 001 3.3), so the force is smooth in
+    every argument and parameter.
 
     Args:
       ball, ball_velocity: (3,) ball position [m] and velocity [m/s] (world).
       anchor, anchor_velocity, anchor_acceleration: (3,) string attachment point on the end
         effector, its velocity and acceleration (world).
       length: string length [m]; mass: ball mass [kg].
+      sharpness: [1/m] slope of the taut switch (and [s^2/m] of the pull-only switch).
+      frequency: Baumgarte frequency w [rad/s]; slack_tolerance: [m] shift of the taut
+        switch so that it is (almost) fully on at |r| = length.
     """
     r = ball - anchor
     r_dot = ball_velocity - anchor_velocity
     g = jnp.asarray(gravity, r.dtype)
-    lam = -mass * (r @ (g - anchor_acceleration) + r_dot @ r_dot) / (r @ r)
+    c, c_dot = 0.5 * (r @ r - length**2), r @ r_dot
+    target = -2.0 * frequency * c_dot - frequency**2 * c
+    lam = mass * (target - r @ (g - anchor_acceleration) - r_dot @ r_dot) / (r @ r)
     pull = -soft_relu(-lam, sharpness)
-    taut = jax.nn.sigmoid(sharpness * (jnp.linalg.norm(r) - length))
+    taut = jax.nn.sigmoid(sharpness * (jnp.linalg.norm(r) - length + slack_tolerance))
     return taut * pull * r

@@ -268,8 +268,8 @@ def rollout(system: MechanicalSystem, x0, inputs, rho, dt, iterations: int = 4,
     """Run T variational steps from x0 (2 nq,) with per-step inputs (pytree, leading axis T).
 
     Pass `inputs=jnp.zeros((T, 0))` for an unforced system. `system`, `iterations` and
-    `exact_jacobian` (see `newton_solve`) are static when jitting. The scan body is checkpointed, so reverse-mode autodiff stores one
-    state per step.
+    `exact_jacobian` (see `newton_solve`) are static when jitting. The scan body is
+    checkpointed, so reverse-mode autodiff stores one state per step.
 
     Returns:
       states (T + 1, 2 nq) with x0 first, and StepInfo with (T, nh) multipliers and (T,)

@@ -99,3 +99,21 @@ def test_string_force_keeps_taut_string_length():
     slack = constraints.string_tension_force(jnp.array([0.1, 0.0, 0.0]), jnp.zeros(3), anchor,
                                              jnp.zeros(3), jnp.zeros(3), length, mass)
     np.testing.assert_allclose(slack, 0.0, atol=1e-8)
+
+
+def test_string_force_baumgarte_target():
+    """With a Baumgarte frequency w, the taut string's force makes the constraint
+    C = (|r|^2 - L^2) / 2 follow C_ddot = -2 w C_dot - w^2 C (moving anchor)."""
+    length, mass, w = 0.4, 0.05, 20.0
+    ball, ball_velocity = jnp.array([0.1, -0.05, -0.39]), jnp.array([0.3, 0.2, -0.1])
+    anchor, anchor_velocity = jnp.array([0.0, 0.0, 0.0]), jnp.array([0.1, 0.0, 0.2])
+    anchor_acceleration = jnp.array([1.0, -2.0, 0.5])
+    f = constraints.string_tension_force(ball, ball_velocity, anchor, anchor_velocity,
+                                         anchor_acceleration, length, mass,
+                                         sharpness=1e5, frequency=w)
+    r, r_dot = ball - anchor, ball_velocity - anchor_velocity
+    ball_acceleration = jnp.array([0.0, 0.0, -9.81]) + f / mass
+    c, c_dot = 0.5 * (r @ r - length**2), r @ r_dot
+    c_ddot = r_dot @ r_dot + r @ (ball_acceleration - anchor_acceleration)
+    assert float(c) > 0.0  # taut (slightly stretched), and the string pulls
+    np.testing.assert_allclose(c_ddot, -2 * w * c_dot - w**2 * c, rtol=1e-8, atol=1e-10)
