@@ -50,6 +50,9 @@ parameter name) are sent to `<push_node>/set_parameters` (rcl_interfaces/srv/Set
 at most `online.push_rate` times a second.
 Time: stamps come from the messages, so `use_sim_time` (bag replays with /clock) works; a
 jump back in time (a bag restarted) clears the window buffer.
+Cores: unless XLA_FLAGS sets the count, the module splits the host into one XLA CPU device
+per core when it is imported (`io.cpu_devices`), so that CSVGD shards each window's
+particles over them (when the particle count is a multiple of the core count).
 """
 
 from __future__ import annotations
@@ -59,27 +62,33 @@ import sys
 import threading
 import time
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from geometry_msgs.msg import PoseStamped
-import jax
-import numpy as np
-from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
-from rcl_interfaces.srv import SetParameters
-import rclpy
-from rclpy.clock import Clock, ClockType
-from rclpy.executors import ExternalShutdownException
-from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from rclpy.task import Future
-from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray, MultiArrayDimension, String
-from std_srvs.srv import Trigger
+from sysid_ros.io import cpu_devices
 
-from sysid_ros.io import config as config_io
-from sysid_ros.io import model_io, online, pipeline, verify
-from sysid_ros.io.errors import InputError
-from sysid_ros.io.window_buffer import WindowBuffer
-from sysid_ros.ros import messages
+# Before JAX initialises its backends (blackjax does so at import): one XLA CPU device per
+# core, so that each window's particles are sharded over the cores.
+cpu_devices.split_host_devices()
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue  # noqa: E402
+from geometry_msgs.msg import PoseStamped  # noqa: E402
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue  # noqa: E402
+from rcl_interfaces.srv import SetParameters  # noqa: E402
+import rclpy  # noqa: E402
+from rclpy.clock import Clock, ClockType  # noqa: E402
+from rclpy.executors import ExternalShutdownException  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy  # noqa: E402
+from rclpy.task import Future  # noqa: E402
+from sensor_msgs.msg import JointState  # noqa: E402
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension, String  # noqa: E402
+from std_srvs.srv import Trigger  # noqa: E402
+
+from sysid_ros.io import config as config_io  # noqa: E402
+from sysid_ros.io import model_io, online, pipeline, verify  # noqa: E402
+from sysid_ros.io.errors import InputError  # noqa: E402
+from sysid_ros.io.window_buffer import WindowBuffer  # noqa: E402
+from sysid_ros.ros import messages  # noqa: E402
 
 __all__ = ['EXIT_BAD_CONFIG', 'EXIT_MISMATCH', 'ModelMismatch', 'Estimator', 'matrix_message',
            'main']
@@ -171,7 +180,8 @@ class Estimator(Node):
             f'{problem.model.name}: estimating {", ".join(problem.names)} with '
             f'{cfg.estimator.method} ({cfg.estimator.particles} particles, '
             f'{cfg.online.iterations_per_window} iterations per window of '
-            f'{cfg.online.window_length:g} s every {cfg.online.hop:g} s) from '
+            f'{cfg.online.window_length:g} s every {cfg.online.hop:g} s, '
+            f'{jax.device_count()} {jax.default_backend()} devices) from '
             f'{", ".join(self._topics)}')
 
     # ------------------------------------------------------------------------------------------
