@@ -7,7 +7,8 @@
       core): its main thread, which runs the callbacks (beside it: the same with no data,
       and the whole process).
   (b) Inference: the double pendulum of `config/double_pendulum_live.yaml` with 64 particles
-      (sim_robot at its 200 Hz default): per window, the inference time (update + prediction,
+      (sim_robot at its 200 Hz default), the estimator with one XLA CPU device per core
+      (`XLA_FLAGS`, see `ros.estimator`) so that the particles are sharded over the cores: per window, the inference time (update + prediction,
       `iteration_time_s`) against the hop, and the lag from window end to publish (`lag_s`,
       node clock), from the estimator's diagnostics.
 
@@ -49,6 +50,7 @@ ESTIMATOR = 'sysid_ros.ros.estimator'
 # Longest wait for the estimator to compile [s].
 COMPILE_TIMEOUT = 600.0
 CLOCK_TICK = os.sysconf('SC_CLK_TCK')
+SPLIT_FLAG = '--xla_force_host_platform_device_count'
 
 
 def _env() -> dict:
@@ -129,8 +131,18 @@ def _panda_config(folder: pathlib.Path, window: float) -> pathlib.Path:
     return path
 
 
-def _start(module: str, args, log: pathlib.Path) -> NodeProcess:
-    return NodeProcess(module, [str(a) for a in args], log, env=_env(), cwd=REPO_ROOT)
+def _start(module: str, args, log: pathlib.Path, env: dict | None = None) -> NodeProcess:
+    return NodeProcess(module, [str(a) for a in args], log, env=env or _env(), cwd=REPO_ROOT)
+
+
+def _split_cores_env() -> dict:
+    """The environment with one XLA CPU device per core (unless XLA_FLAGS sets a count), so
+    that the estimator shards its 64 particles over the cores."""
+    env = _env()
+    if SPLIT_FLAG not in env.get('XLA_FLAGS', ''):
+        env['XLA_FLAGS'] = (f'{env.get("XLA_FLAGS", "")} {SPLIT_FLAG}='
+                            f'{len(os.sched_getaffinity(0))}').strip()
+    return env
 
 
 def _wait_compiled(diag: Diagnostics, estimator: NodeProcess) -> float:
@@ -198,7 +210,7 @@ def inference(diag: Diagnostics, folder: pathlib.Path, windows: int) -> dict:
     estimator = _start(ESTIMATOR, ['--params-file', config, '-p', 'estimator.particles:=64',
                                    '-p', 'verify_samples:=0',
                                    '-p', f'online.save_path:={folder / "posterior"}'],
-                       folder / 'estimator_b.log')
+                       folder / 'estimator_b.log', env=_split_cores_env())
     sim = None
     try:
         compile_s = _wait_compiled(diag, estimator)
