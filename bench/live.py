@@ -37,13 +37,11 @@ os.environ['ROS_DOMAIN_ID'] = str(100 + (os.getpid() + 37) % 100)
 sys.path.insert(0, str(REPO_ROOT))
 
 import numpy as np  # noqa: E402
-import rclpy  # noqa: E402
-import rclpy.executors  # noqa: E402
-import rclpy.signals  # noqa: E402
 import yaml  # noqa: E402
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 
 from sysid_ros.ros.node_process import NodeProcess  # noqa: E402
+from sysid_ros.ros.probe import ProbeNode  # noqa: E402
 
 SIM = 'sysid_ros.ros.sim_robot'
 ESTIMATOR = 'sysid_ros.ros.estimator'
@@ -68,16 +66,11 @@ def _cpu_seconds(pid: int, thread: int | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICK
 
 
-class Diagnostics:
+class Diagnostics(ProbeNode):
     """Subscribes to the estimator's `~/diagnostics`; `latest` maps status name -> values."""
 
     def __init__(self):
-        self.context = rclpy.Context()
-        rclpy.init(context=self.context,
-                   signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
-        self.node = rclpy.create_node('sysid_bench_live', context=self.context)
-        self.executor = rclpy.executors.SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
+        super().__init__('sysid_bench_live')
         self.latest: dict[str, dict[str, str]] = {}
         self.windows: dict[str, tuple[float, float]] = {}   # window_end -> (time, lag)
         self.node.create_subscription(DiagnosticArray, '/estimator/diagnostics',
@@ -97,20 +90,6 @@ class Diagnostics:
             if name.endswith(suffix):
                 return values
         return {}
-
-    def spin_until(self, predicate, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while not predicate() and time.monotonic() < deadline:
-            self.executor.spin_once(timeout_sec=0.1)
-        return bool(predicate())
-
-    def spin_for(self, seconds: float) -> None:
-        self.spin_until(lambda: False, seconds)
-
-    def close(self) -> None:
-        self.executor.shutdown()
-        self.node.destroy_node()
-        rclpy.shutdown(context=self.context)
 
 
 def _ready(diag: Diagnostics) -> bool:

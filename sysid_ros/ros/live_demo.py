@@ -132,13 +132,11 @@ def run(settings: DemoSettings, names: Sequence[str],
     """Run the demo; returns the exit status (EXIT_*). `names`, `bounds`: the configured
     parameters and their bounds (the caller validated the configuration)."""
     _local_dds(settings.fastdds_profile)
-    import rclpy
-    import rclpy.executors
-    import rclpy.signals
     from diagnostic_msgs.msg import DiagnosticArray
     from rclpy.qos import DurabilityPolicy, QoSProfile
     from sysid_ros.ros.estimate_client import EstimateClient
     from sysid_ros.ros.node_process import NodeProcess
+    from sysid_ros.ros.probe import ProbeNode
 
     out_dir = pathlib.Path(settings.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -152,11 +150,8 @@ def run(settings: DemoSettings, names: Sequence[str],
     print(f'sysid demo: sim_robot (pid {sim.proc.pid}) and estimator (pid '
           f'{estimator.proc.pid}) started on {config}; logs in {out_dir}', file=out, flush=True)
 
-    context = rclpy.Context()
-    rclpy.init(context=context, signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
-    node = rclpy.create_node('sysid_demo', context=context)
-    executor = rclpy.executors.SingleThreadedExecutor(context=context)
-    executor.add_node(node)
+    probe = ProbeNode('sysid_demo')
+    node = probe.node
     truth: dict[str, float] = {}
     history: list[tuple[float, dict]] = []
     start = time.monotonic()
@@ -181,19 +176,19 @@ def run(settings: DemoSettings, names: Sequence[str],
     last_report = 0.0
     try:
         while True:
-            executor.spin_once(timeout_sec=0.05)
+            probe.executor.spin_once(timeout_sec=0.05)
             now = time.monotonic()
             for process in (sim, estimator):
                 if not process.running():
                     print(f'sysid demo: {process.module} exited with status '
                           f'{process.proc.returncode}; its log ({process.log_path}) ends:\n'
                           + '\n'.join(process.output().splitlines()[-15:]), file=out)
-                    return _finish(EXIT_NODE_FAILED, sim, estimator, executor, node, context)
+                    return _finish(EXIT_NODE_FAILED, sim, estimator, probe)
             if not history:
                 if now - start > settings.startup_timeout:
                     print(f'sysid demo: no estimate within {settings.startup_timeout:g} s; see '
                           f'{estimator.log_path}', file=out)
-                    return _finish(EXIT_NODE_FAILED, sim, estimator, executor, node, context)
+                    return _finish(EXIT_NODE_FAILED, sim, estimator, probe)
                 continue
             if now - last_report >= 5.0 and truth:
                 last_report = now
@@ -206,7 +201,7 @@ def run(settings: DemoSettings, names: Sequence[str],
                 break
     except KeyboardInterrupt:
         status = EXIT_INTERRUPTED
-    saved_status = _finish(status, sim, estimator, executor, node, context)
+    saved_status = _finish(status, sim, estimator, probe)
     if not truth or not history:
         print('sysid demo: interrupted before the first estimate', file=out)
         return saved_status
@@ -228,7 +223,7 @@ def run(settings: DemoSettings, names: Sequence[str],
     return EXIT_CONVERGED if result.converged else EXIT_NOT_CONVERGED
 
 
-def _finish(status: int, sim, estimator, executor, node, context) -> int:
+def _finish(status: int, sim, estimator, probe) -> int:
     """Stop both nodes as Ctrl-C would (the estimator saves its posterior) and ROS here."""
     for process in (estimator, sim):
         try:
@@ -236,7 +231,5 @@ def _finish(status: int, sim, estimator, executor, node, context) -> int:
         except Exception:                       # killed after the timeout: nothing to save
             pass
         process.kill()
-    executor.shutdown()
-    node.destroy_node()
-    context.try_shutdown()
+    probe.close()
     return status

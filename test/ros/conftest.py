@@ -9,7 +9,6 @@ checkouts) do not see each other. These are set at import, before any rclpy cont
 
 import os
 import pathlib
-import time
 
 import pytest
 
@@ -22,11 +21,10 @@ os.environ['FASTDDS_DEFAULT_PROFILES_FILE'] = str(REPO_ROOT / 'config' / 'fastdd
 os.environ['ROS_DOMAIN_ID'] = str(100 + os.getpid() % 100)
 
 try:
-    import rclpy
-    import rclpy.executors
-    import rclpy.signals
+    from sysid_ros.ros.probe import ProbeNode
 except ImportError:                             # no ROS 2 here: skip this folder
     collect_ignore_glob = ['test_*.py']
+    ProbeNode = object
 
 
 def ros_env(**extra) -> dict:
@@ -63,29 +61,11 @@ def start_node(tmp_path_factory):
         process.kill()
 
 
-class RosHelper:
-    """A node of the test process in its own context, spun on demand."""
+class RosHelper(ProbeNode):
+    """The test process's node (`ProbeNode`, its own context), with a service call helper."""
 
     def __init__(self):
-        self.context = rclpy.Context()
-        # No signal handlers: Ctrl-C stays with pytest.
-        rclpy.init(context=self.context,
-                   signal_handler_options=rclpy.signals.SignalHandlerOptions.NO)
-        self.node = rclpy.create_node('sysid_test_probe', context=self.context)
-        self.executor = rclpy.executors.SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
-
-    def spin_until(self, predicate, timeout: float) -> bool:
-        """Spin until `predicate()` is true or `timeout` seconds pass; returns predicate()."""
-        deadline = time.monotonic() + timeout
-        while not predicate() and time.monotonic() < deadline:
-            self.executor.spin_once(timeout_sec=0.02)
-        return bool(predicate())
-
-    def spin_for(self, duration: float) -> None:
-        deadline = time.monotonic() + duration
-        while time.monotonic() < deadline:
-            self.executor.spin_once(timeout_sec=0.01)
+        super().__init__('sysid_test_probe')
 
     def call(self, srv_type, name: str, request, timeout: float = 10.0):
         """Call a service; returns the response (fails the test on a timeout)."""
@@ -97,11 +77,6 @@ class RosHelper:
             return future.result()
         finally:
             self.node.destroy_client(client)
-
-    def close(self):
-        self.executor.shutdown()
-        self.node.destroy_node()
-        self.context.try_shutdown()
 
 
 @pytest.fixture(scope='module')
