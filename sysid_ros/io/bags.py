@@ -615,8 +615,7 @@ class _BagReader:
         traj = Trajectory(t=grid, q=joints[:, :nv], qd=joints[:, nv:2 * nv], tau=tau,
                           joint_names=self.joint_names,
                           source=f'{self.path} (trajectory {len(self.found)})')
-        if self.data.torque_samples == 'instantaneous':
-            traj = hold_torques(traj)
+        traj = hold_torques(traj, self.data.torque_samples)
         mocap_p = mocap_q = None
         if self.data.mocap_topics:
             poses = np.stack([out[s] for s in self.data.mocap_topics], axis=1)

@@ -468,11 +468,12 @@ def fit_posterior(problem: Problem, trajs: Sequence[Trajectory], method: str,
     best = pipeline.BestSoFar(theta_init)
     stats = {'num_nonfinite': 0, 'acceptance': [], 'num_divergent': 0}
     latest: list[Evaluation] = []
+    # CSVGD's step already evaluates the particles it starts from: record those (one step
+    # behind) instead of paying another forward pass per step.
+    lagged = method == 'csvgd'
 
     def record(previous, new, info):
-        if isinstance(info, csvgd.CSVGDInfo):
-            # CSVGD's step already evaluated the particles it started from: record those
-            # (one step behind) instead of paying another forward pass per step.
+        if lagged:
             evaluation = Evaluation(np.asarray(previous.theta), np.asarray(info.log_lik),
                                     np.asarray(info.max_defect))
         else:
@@ -492,7 +493,7 @@ def fit_posterior(problem: Problem, trajs: Sequence[Trajectory], method: str,
                                record, progress, start)
     if latest:
         final = latest[0]
-    else:                             # csvgd, or stopped before the first step completed
+    else:                             # lagged, or stopped before the first step completed
         final = Evaluation(*(np.asarray(v) for v in evaluate(steps.state.particles, data)))
         best.update(-final.log_lik, final.theta)
     particles = np.asarray(final.theta, dtype=float)
@@ -500,7 +501,7 @@ def fit_posterior(problem: Problem, trajs: Sequence[Trajectory], method: str,
     max_log_lik = float(np.max(final.log_lik))
     final_loss = -2.0 * (max_log_lik + norm_c) / norm_n
     history = steps.history
-    if not latest and len(history):       # csvgd: each entry was one step behind
+    if lagged and len(history):           # each entry was one step behind
         history = np.append(history[1:], final_loss)
     info: dict[str, Any] = dict(sp.info)
     info.update(

@@ -380,7 +380,8 @@ class DataConfig:
       torque_samples: what a torque sample is: `held` (a command held until the next sample,
         e.g. a controller running at `data.rate`) or `instantaneous` (the value at the stamp
         of a torque that varies between samples, e.g. measured efforts); each period then
-        gets the mean of its two ends (`trajectory.hold_torques`).
+        gets the mean of its two ends (`trajectory.hold_torques`). Applies to bags and live
+        windows; trajectory files hold tau[k] by their own convention.
       mocap_topics: geometry_msgs/PoseStamped topics, one per tracked body.
       noise_std: measurement noise standard deviation per observed dimension (one number:
         the same for all) [rad, rad/s, m]; empty: the estimator's default.

@@ -157,9 +157,7 @@ def window_trajectory(problem: Problem, window: Window, index: int = 0) -> Traje
                       qd=np.asarray(window.qd), tau=np.asarray(window.tau),
                       joint_names=problem.model.joint_names, source=f'window {index}')
     traj = pipeline.prepare_trajectories(problem, [traj])[0]
-    if problem.config.data.torque_samples == 'instantaneous':
-        traj = hold_torques(traj)
-    return traj
+    return hold_torques(traj, problem.config.data.torque_samples)
 
 
 class OnlineSession:

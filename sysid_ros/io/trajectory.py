@@ -110,13 +110,17 @@ class Trajectory:
             qdd=None if self.qdd is None else self.qdd[pick])
 
 
-def hold_torques(traj: Trajectory) -> Trajectory:
-    """Instantaneous torque samples -> the `Trajectory` convention (held from t[k] to t[k+1]).
+def hold_torques(traj: Trajectory, torque_samples: str = 'instantaneous') -> Trajectory:
+    """Torque samples of kind `torque_samples` (`data.torque_samples`) -> the `Trajectory`
+    convention (held from t[k] to t[k+1]).
 
-    Each period gets the mean of the torques at its two ends, (tau[k] + tau[k + 1]) / 2 (the
-    trapezoidal mean of a torque that varies smoothly between samples; second order in dt,
-    where holding tau[k] is first order); the last sample keeps its value.
+    'held' samples already are; for 'instantaneous' ones each period gets the mean of the
+    torques at its two ends, (tau[k] + tau[k + 1]) / 2 (the trapezoidal mean of a torque that
+    varies smoothly between samples; second order in dt, where holding tau[k] is first
+    order); the last sample keeps its value.
     """
+    if torque_samples == 'held':
+        return traj
     tau = np.concatenate([0.5 * (traj.tau[:-1] + traj.tau[1:]), traj.tau[-1:]])
     return dataclasses.replace(traj, tau=tau)
 

@@ -205,6 +205,7 @@ def test_hold_torques_gives_each_period_the_trapezoidal_mean():
     np.testing.assert_allclose(held.tau[:-1], np.stack([2.0 * mid, -mid + 1.0], axis=1))
     np.testing.assert_array_equal(held.tau[-1], ramp.tau[-1])
     np.testing.assert_array_equal(held.q, ramp.q)
+    assert trajectory.hold_torques(ramp, 'held') is ramp      # already the convention
 
 
 def test_all_names_importable():
