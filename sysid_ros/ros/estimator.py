@@ -60,6 +60,7 @@ default.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import threading
 import time
@@ -427,6 +428,10 @@ class Estimator(Node):
             return None
         return self.session.save(path, timeout=2.0)[0]
 
+    def worker_busy(self) -> bool:
+        """Whether the worker is still inside a window (after `shutdown`'s wait)."""
+        return self._worker.is_alive()
+
 
 def main(args=None) -> int:
     """Run the node until Ctrl-C / SIGTERM, then save the posterior; exit status 2 for a bad
@@ -459,6 +464,12 @@ def main(args=None) -> int:
         return EXIT_MISMATCH
     except KeyboardInterrupt:
         pass
+    if node is not None and node.worker_busy():
+        # The worker is inside a JAX call, which the interpreter's finalisation would abort
+        # (SIGABRT, "exception not rethrown"). Everything is saved: leave without finalising.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
