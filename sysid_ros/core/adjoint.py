@@ -20,10 +20,12 @@ direction built from `forward_sensitivities` (the tangent-linear model of eq. 6)
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.linalg
 import numpy as np
 
 from sysid_ros.core import variational
@@ -60,6 +62,92 @@ def linearize_step(system: MechanicalSystem, x, x_next, multiplier, u, rho, dt):
     return A, B
 
 
+REFINE_TOL = 1e-13       # relative residual of the linear solves in `step_tangent`/`cotangent`
+REFINE_ITERATIONS = 60
+
+
+def _step_equations(system: MechanicalSystem, x, x_next, multiplier, u, rho, dt):
+    """The step equations G(z, x, rho) at the step's solution z = (q_k+1, lam_k), z, and a
+    solver of G_z v = b (or G_z^T v = b with `transpose`) that never forms G_z.
+
+    The solver refines the chord matrix's solution (`variational.newton_matrix`, the forward
+    Newton's own matrix) with products G_z v by JVP (G_z^T v by VJP) until the residual is
+    below REFINE_TOL relative to b: a few products per step instead of the nq + nh columns
+    of the exact Jacobian.
+    """
+    nq = system.nq
+    z = jnp.concatenate([x_next[:nq], multiplier])
+
+    def residual(z, x, rho):
+        return variational.step_residual(system, x[:nq], x[nq:], z[:nq], z[nq:], u, rho, dt)
+
+    lu = jax.scipy.linalg.lu_factor(
+        variational.newton_matrix(system, x[:nq], x[:nq], u, rho, dt))
+
+    def solve(b, transpose=False):
+        if transpose:
+            _, vjp = jax.vjp(lambda z_: residual(z_, x, rho), z)
+            product = lambda v: vjp(v)[0]  # noqa: E731
+        else:
+            _, product = jax.linearize(lambda z_: residual(z_, x, rho), z)
+        if b.ndim == 2:                           # columns
+            product = jax.vmap(product, in_axes=1, out_axes=1)
+        trans = 1 if transpose else 0
+        bound = REFINE_TOL * jnp.max(jnp.abs(b))
+
+        def unconverged(carry):
+            i, _, r = carry
+            return (i < REFINE_ITERATIONS) & (jnp.max(jnp.abs(r)) > bound)
+
+        def refine(carry):
+            i, v, r = carry
+            v = v + jax.scipy.linalg.lu_solve(lu, r, trans=trans)
+            return i + 1, v, b - product(v)
+
+        v0 = jnp.zeros_like(b)
+        return jax.lax.while_loop(unconverged, refine, (0, v0, b))[1]
+
+    return residual, z, solve
+
+
+def step_tangent(system: MechanicalSystem, x, x_next, multiplier, u, rho, dt, dx, drho):
+    """dx_k+1 = A_k dx + B_k drho (2nq,) without forming A_k, B_k: one JVP of the step
+    equations, one (matrix-free) solve with their Jacobian in z and one JVP of the momentum
+    (eqs. 6-8).
+
+    Args:
+      dx: (2nq,) state tangent; drho: (np,) parameter tangent; or (2nq, k) and (np, k)
+        for k columns at once (one linearisation, one solve).
+    """
+    nq = system.nq
+    residual, z, solve = _step_equations(system, x, x_next, multiplier, u, rho, dt)
+    columns = functools.partial(jax.vmap, in_axes=1, out_axes=1) if dx.ndim == 2 else (
+        lambda f: f)
+    _, residual_lin = jax.linearize(lambda x_, rho_: residual(z, x_, rho_), x, rho)
+    dq1 = -solve(columns(residual_lin)(dx, drho))[:nq]
+    _, momentum_lin = jax.linearize(
+        lambda q0, q1, rho_: variational.momentum(system, q0, q1, u, rho_, dt),
+        x[:nq], x_next[:nq], rho)
+    return jnp.concatenate([dq1, columns(momentum_lin)(dx[:nq], dq1, drho)])
+
+
+def step_cotangent(system: MechanicalSystem, x, x_next, multiplier, u, rho, dt, costate):
+    """(costate A_k (2nq,), costate B_k (np,)) for a row costate (2nq,) on x_k+1 without
+    forming A_k, B_k: one VJP of the momentum, one transposed solve with the step Jacobian
+    in z and one VJP of the step equations (the transpose of `step_tangent`)."""
+    nq = system.nq
+    residual, z, solve = _step_equations(system, x, x_next, multiplier, u, rho, dt)
+    _, momentum_vjp = jax.vjp(
+        lambda q0, q1, rho_: variational.momentum(system, q0, q1, u, rho_, dt),
+        x[:nq], x_next[:nq], rho)
+    from_q0, from_q1, from_rho = momentum_vjp(costate[nq:])
+    w = jnp.concatenate([costate[:nq] + from_q1, jnp.zeros_like(multiplier)])
+    nu = solve(w, transpose=True)
+    _, residual_vjp = jax.vjp(lambda x_, rho_: residual(z, x_, rho_), x, rho)
+    through_x, through_rho = residual_vjp(-nu)
+    return through_x.at[:nq].add(from_q0), through_rho + from_rho
+
+
 def trajectory_cost(running_cost: Callable, terminal_cost: Callable, states, targets, rho):
     """J = sum_{k=1}^{kf} l(x_k, target_k, rho) + m(x_kf, target_kf, rho).
 
@@ -75,7 +163,8 @@ def trajectory_cost(running_cost: Callable, terminal_cost: Callable, states, tar
 
 def adjoint_gradient(system: MechanicalSystem, running_cost: Callable, terminal_cost: Callable,
                      states, info: variational.StepInfo, inputs, targets, rho, dt):
-    """DJ/drho (np,) by the discrete adjoint of Lemma 1, backwards over a finished rollout.
+    """DJ/drho (np,) by the discrete adjoint of Lemma 1, backwards over a finished rollout
+    (mu_k A_k and mu_k B_k by `step_cotangent`, matrix-free).
 
     Args:
       states, info: `variational.rollout` output for (inputs, rho) (states (kf+1, 2nq)).
@@ -91,12 +180,12 @@ def adjoint_gradient(system: MechanicalSystem, running_cost: Callable, terminal_
 
     def backward(carry, k):
         costate, grad = carry
-        A, B = linearize_step(system, states[k], states[k + 1], _at(info.multiplier, k),
-                              _at(inputs, k), rho, dt)
-        grad = grad + costate @ B
+        costate_A, costate_B = step_cotangent(system, states[k], states[k + 1],
+                                              _at(info.multiplier, k), _at(inputs, k), rho,
+                                              dt, costate)
         dl_x, dl_rho = d_running(states[k], _at(targets, k), rho)
         keep = (k >= 1).astype(states.dtype)
-        return (costate @ A + keep * dl_x, grad + keep * dl_rho), None
+        return (costate_A + keep * dl_x, grad + costate_B + keep * dl_rho), None
 
     (_, grad), _ = jax.lax.scan(backward, (costate, grad), jnp.arange(kf - 1, -1, -1))
     return grad
@@ -107,17 +196,19 @@ def forward_sensitivities(system: MechanicalSystem, states, info: variational.St
     """S_k = dx_k/drho (kf + 1, 2nq, np) by the tangent-linear recursion of eq. 6,
     S_k+1 = A_k S_k + B_k from S_0 = 0 (x_0 does not depend on rho).
 
-    One pass costs what the adjoint pass costs (one `linearize_step` per step) and gives the
-    Jacobian of every output, which Gauss-Newton needs when there are few parameters.
+    One pass costs what the adjoint pass costs (np `step_tangent`s per step; A_k, B_k are
+    never formed) and gives the Jacobian
+    of every output, which Gauss-Newton needs when there are few parameters.
 
     Args:
       states, info: `variational.rollout` output for (inputs, rho); inputs: leading axis kf.
     """
 
+    eye = jnp.eye(rho.shape[0], dtype=states.dtype)
+
     def forward(S, k):
-        A, B = linearize_step(system, states[k], states[k + 1], _at(info.multiplier, k),
-                              _at(inputs, k), rho, dt)
-        S = A @ S + B
+        S = step_tangent(system, states[k], states[k + 1], _at(info.multiplier, k),
+                         _at(inputs, k), rho, dt, S, eye)
         return S, S
 
     S0 = jnp.zeros((states.shape[1], rho.shape[0]), states.dtype)

@@ -67,6 +67,25 @@ def test_linearization_matches_autodiff_of_step():
     np.testing.assert_allclose(B, B_ad, rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.slow
+def test_matrix_free_tangent_and_cotangent_are_A_and_B():
+    """step_tangent = A dx + B drho and step_cotangent = (mu A, mu B), without forming them."""
+    rng = np.random.default_rng(1)
+    dx, drho, mu = rng.normal(size=X0.shape[0]), rng.normal(size=3), rng.normal(size=X0.shape[0])
+
+    @jax.jit
+    def linearizations(dx, drho, mu):
+        x1, info = variational.step(SYSTEM, X0, INPUTS[0], RHO_TEST, DT, ITERATIONS)
+        args = (SYSTEM, X0, x1, info.multiplier, INPUTS[0], RHO_TEST, DT)
+        return (adjoint.linearize_step(*args), adjoint.step_tangent(*args, dx, drho),
+                adjoint.step_cotangent(*args, mu))
+
+    (A, B), tangent, (mu_A, mu_B) = linearizations(dx, drho, mu)
+    np.testing.assert_allclose(tangent, A @ dx + B @ drho, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(mu_A, mu @ A, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(mu_B, mu @ B, rtol=1e-10, atol=1e-12)
+
+
 def test_adjoint_gradient_matches_finite_differences_and_autodiff():
     value, grad = _adjoint_value_and_grad(RHO_TEST)
     variational.check_rollout(_simulate(RHO_TEST)[1], tol=1e-10)
