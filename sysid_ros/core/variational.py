@@ -227,8 +227,10 @@ def newton_solve(system: MechanicalSystem, q0, p0, u, rho, dt, iterations: int,
     (autodiff) after one chord step: dearer, but robust for stiff, fast systems.
 
     With `tol` (static) the iterations stop early once the residual's infinity norm is at
-    most tol (a while loop: cheaper on average, but not reverse-differentiable; use
-    `adjoint` for gradients). Without it, exactly `iterations` run (a differentiable loop).
+    most tol, and a step whose chord iterations stall restarts from the guess with the exact
+    Jacobian (while loops: cheaper on average and robust, but not reverse-differentiable;
+    use `adjoint` for gradients). Without it, exactly `iterations` run (a differentiable
+    loop).
 
     Returns:
       q1 (nq,), lam (nh,), residual () infinity norm of the equations at (q1, lam).
@@ -250,16 +252,25 @@ def newton_solve(system: MechanicalSystem, q0, p0, u, rho, dt, iterations: int,
                               lambda _, z: z - jax.scipy.linalg.lu_solve(lu, residual(z)), z0)
         return z[:nq], z[nq:], jnp.max(jnp.abs(residual(z)))
 
-    def unconverged(carry):
-        i, _, r = carry
-        return (i < iterations) & (jnp.max(jnp.abs(r)) > tol)
+    def iterate(lu, z, r):
+        def unconverged(carry):
+            i, _, r = carry
+            return (i < iterations) & (jnp.max(jnp.abs(r)) > tol)
 
-    def newton(carry):
-        i, z, r = carry
-        z = z - jax.scipy.linalg.lu_solve(lu, r)
-        return i + 1, z, residual(z)
+        def newton(carry):
+            i, z, r = carry
+            z = z - jax.scipy.linalg.lu_solve(lu, r)
+            return i + 1, z, residual(z)
 
-    _, z, r = jax.lax.while_loop(unconverged, newton, (0, z0, residual(z0)))
+        return jax.lax.while_loop(unconverged, newton, (0, z, r))[1:]
+
+    r0 = residual(z0)
+    z, r = iterate(lu, z0, r0)
+
+    def exact_newton(_):     # the chord stalled (fast motion): restart with the exact Jacobian
+        return iterate(jax.scipy.linalg.lu_factor(jax.jacfwd(residual)(z0)), z0, r0)
+
+    z, r = jax.lax.cond(jnp.max(jnp.abs(r)) <= tol, lambda _: (z, r), exact_newton, None)
     return z[:nq], z[nq:], jnp.max(jnp.abs(r))
 
 
