@@ -227,10 +227,10 @@ def newton_solve(system: MechanicalSystem, q0, p0, u, rho, dt, iterations: int,
     (autodiff) after one chord step: dearer, but robust for stiff, fast systems.
 
     With `tol` (static) the iterations stop early once the residual's infinity norm is at
-    most tol, and a step whose chord iterations stall restarts from the guess with the exact
-    Jacobian (while loops: cheaper on average and robust, but not reverse-differentiable;
-    use `adjoint` for gradients). Without it, exactly `iterations` run (a differentiable
-    loop).
+    most tol, and a step whose chord iterations stall goes on by Newton's method with the
+    exact Jacobian, from the guess or the chord's iterate, whichever is closer (while loops:
+    cheaper on average and robust, but not reverse-differentiable; use `adjoint` for
+    gradients). Without it, exactly `iterations` run (a differentiable loop).
 
     Returns:
       q1 (nq,), lam (nh,), residual () infinity norm of the equations at (q1, lam).
@@ -252,23 +252,25 @@ def newton_solve(system: MechanicalSystem, q0, p0, u, rho, dt, iterations: int,
                               lambda _, z: z - jax.scipy.linalg.lu_solve(lu, residual(z)), z0)
         return z[:nq], z[nq:], jnp.max(jnp.abs(residual(z)))
 
-    def iterate(lu, z, r):
+    def iterate(solve, z, r):
         def unconverged(carry):
             i, _, r = carry
             return (i < iterations) & (jnp.max(jnp.abs(r)) > tol)
 
         def newton(carry):
             i, z, r = carry
-            z = z - jax.scipy.linalg.lu_solve(lu, r)
+            z = z - solve(z, r)
             return i + 1, z, residual(z)
 
         return jax.lax.while_loop(unconverged, newton, (0, z, r))[1:]
 
     r0 = residual(z0)
-    z, r = iterate(lu, z0, r0)
+    z, r = iterate(lambda _, r: jax.scipy.linalg.lu_solve(lu, r), z0, r0)
 
-    def exact_newton(_):     # the chord stalled (fast motion): restart with the exact Jacobian
-        return iterate(jax.scipy.linalg.lu_factor(jax.jacfwd(residual)(z0)), z0, r0)
+    def exact_newton(_):     # the chord stalled (fast motion): Newton, from the better start
+        better = jnp.max(jnp.abs(r)) < jnp.max(jnp.abs(r0))
+        start = (jnp.where(better, z, z0), jnp.where(better, r, r0))
+        return iterate(lambda z, r: jnp.linalg.solve(jax.jacfwd(residual)(z), r), *start)
 
     z, r = jax.lax.cond(jnp.max(jnp.abs(r)) <= tol, lambda _: (z, r), exact_newton, None)
     return z[:nq], z[nq:], jnp.max(jnp.abs(r))

@@ -137,3 +137,23 @@ def test_variational_integrator_choice_matches_rk4():
     vi_states = integrators.rollout(model, params, x0, controls, 0.002, 'variational')
     rk4_states = integrators.rollout(model, params, x0, controls, 0.002, 'rk4')
     np.testing.assert_allclose(vi_states, rk4_states, atol=1e-4)
+
+
+@pytest.mark.slow   # about 30 s, compiling the exact-Newton fallback (bench/flexible_loop uses it)
+def test_newton_with_a_tolerance_converges_where_the_chord_stalls(four_bar):
+    """With `tol`, steps stop at the tolerance and a stalled chord goes on by exact Newton:
+    the states of 60 chord iterations, where 6 fall short."""
+    _, _, system, q_ref = four_bar
+    x0 = variational.initial_state(system, q_ref, _tangent_velocity(system, q_ref, 8.0), RHO)
+    inputs = jnp.zeros((10, 0))
+
+    @jax.jit
+    def rollouts():
+        return (variational.rollout(system, x0, inputs, RHO, 0.05, 6, tol=1e-10),
+                variational.rollout(system, x0, inputs, RHO, 0.05, 6),
+                variational.rollout(system, x0, inputs, RHO, 0.05, 60))
+
+    (states, info), (_, chord_info), (reference, _) = rollouts()
+    assert float(chord_info.residual.max()) > 1e-6            # 6 chord iterations fall short
+    variational.check_rollout(info, tol=1e-10)
+    np.testing.assert_allclose(states, reference, atol=1e-8)
