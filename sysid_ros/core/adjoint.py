@@ -37,6 +37,21 @@ def _at(tree, k):
     return jax.tree_util.tree_map(lambda t: t[k], tree)
 
 
+def _step_functions(system: MechanicalSystem, x_next, multiplier, u, dt):
+    """The step's solution z = (q_k+1, lam_k) (nq + nh,) and, at its input u, the step
+    equations G(z, x, rho) (`variational.step_residual`) and the momentum
+    p_k+1(q_k, q_k+1, rho) (`variational.momentum`), for derivatives in their arguments."""
+    nq = system.nq
+
+    def residual(z, x, rho):
+        return variational.step_residual(system, x[:nq], x[nq:], z[:nq], z[nq:], u, rho, dt)
+
+    def momentum(q0, q1, rho):
+        return variational.momentum(system, q0, q1, u, rho, dt)
+
+    return jnp.concatenate([x_next[:nq], multiplier]), residual, momentum
+
+
 def linearize_step(system: MechanicalSystem, x, x_next, multiplier, u, rho, dt):
     """A_k (2nq, 2nq) and B_k (2nq, np) of one variational step (eqs. 6-8).
 
@@ -45,16 +60,11 @@ def linearize_step(system: MechanicalSystem, x, x_next, multiplier, u, rho, dt):
       multiplier: (nh,) lam_k of the step; u: the step's input; rho: (np,) parameters.
     """
     nq = system.nq
-    z = jnp.concatenate([x_next[:nq], multiplier])
-
-    def residual(z, x, rho):
-        return variational.step_residual(system, x[:nq], x[nq:], z[:nq], z[nq:], u, rho, dt)
-
+    z, residual, momentum = _step_functions(system, x_next, multiplier, u, dt)
     G_z, G_x, G_rho = jax.jacfwd(residual, argnums=(0, 1, 2))(z, x, rho)
     dz = -jnp.linalg.solve(G_z, jnp.concatenate([G_x, G_rho], axis=1))
     dq1_dx, dq1_drho = dz[:nq, :2 * nq], dz[:nq, 2 * nq:]
-    P_q0, P_q1, P_rho = jax.jacfwd(variational.momentum, argnums=(1, 2, 4))(
-        system, x[:nq], x_next[:nq], u, rho, dt)
+    P_q0, P_q1, P_rho = jax.jacfwd(momentum, argnums=(0, 1, 2))(x[:nq], x_next[:nq], rho)
     dp1_dx = P_q1 @ dq1_dx + jnp.concatenate([P_q0, jnp.zeros_like(P_q0)], axis=1)
     dp1_drho = P_q1 @ dq1_drho + P_rho
     A = jnp.concatenate([dq1_dx, dp1_dx], axis=0)
@@ -67,8 +77,8 @@ REFINE_ITERATIONS = 20
 
 
 def _step_equations(system: MechanicalSystem, x, x_next, multiplier, u, rho, dt):
-    """The step equations G(z, x, rho) at the step's solution z = (q_k+1, lam_k), z, and a
-    solver of G_z v = b (or G_z^T v = b with `transpose`) that never forms G_z.
+    """`_step_functions` (z, G, p_k+1) and a solver of G_z v = b (or G_z^T v = b with
+    `transpose`) at (z, x, rho) that never forms G_z.
 
     The solver refines the chord matrix's solution (`variational.newton_matrix`, the forward
     Newton's own matrix) with products G_z v by JVP (G_z^T v by VJP) until the residual is
@@ -76,14 +86,9 @@ def _step_equations(system: MechanicalSystem, x, x_next, multiplier, u, rho, dt)
     of the exact Jacobian, which it falls back on when the refinement does not converge in
     REFINE_ITERATIONS (fast motion, where the chord matrix's dropped velocity terms matter).
     """
-    nq = system.nq
-    z = jnp.concatenate([x_next[:nq], multiplier])
-
-    def residual(z, x, rho):
-        return variational.step_residual(system, x[:nq], x[nq:], z[:nq], z[nq:], u, rho, dt)
-
-    lu = jax.scipy.linalg.lu_factor(
-        variational.newton_matrix(system, x[:nq], x[:nq], u, rho, dt))
+    z, residual, momentum = _step_functions(system, x_next, multiplier, u, dt)
+    q0 = x[:system.nq]
+    lu = jax.scipy.linalg.lu_factor(variational.newton_matrix(system, q0, q0, u, rho, dt))
 
     def solve(b, transpose=False):
         if transpose:
@@ -112,7 +117,7 @@ def _step_equations(system: MechanicalSystem, x, x_next, multiplier, u, rho, dt)
         _, v, r = jax.lax.while_loop(unconverged, refine, (0, jnp.zeros_like(b), b))
         return jax.lax.cond(jnp.max(jnp.abs(r)) <= bound, lambda _: v, exact, None)
 
-    return residual, z, solve
+    return z, residual, momentum, solve
 
 
 def step_tangent(system: MechanicalSystem, x, x_next, multiplier, u, rho, dt, dx, drho):
@@ -125,14 +130,12 @@ def step_tangent(system: MechanicalSystem, x, x_next, multiplier, u, rho, dt, dx
         for k columns at once (one linearisation, one solve).
     """
     nq = system.nq
-    residual, z, solve = _step_equations(system, x, x_next, multiplier, u, rho, dt)
+    z, residual, momentum, solve = _step_equations(system, x, x_next, multiplier, u, rho, dt)
     columns = functools.partial(jax.vmap, in_axes=1, out_axes=1) if dx.ndim == 2 else (
         lambda f: f)
     _, residual_lin = jax.linearize(lambda x_, rho_: residual(z, x_, rho_), x, rho)
     dq1 = -solve(columns(residual_lin)(dx, drho))[:nq]
-    _, momentum_lin = jax.linearize(
-        lambda q0, q1, rho_: variational.momentum(system, q0, q1, u, rho_, dt),
-        x[:nq], x_next[:nq], rho)
+    _, momentum_lin = jax.linearize(momentum, x[:nq], x_next[:nq], rho)
     return jnp.concatenate([dq1, columns(momentum_lin)(dx[:nq], dq1, drho)])
 
 
@@ -141,10 +144,8 @@ def step_cotangent(system: MechanicalSystem, x, x_next, multiplier, u, rho, dt, 
     forming A_k, B_k: one VJP of the momentum, one transposed solve with the step Jacobian
     in z and one VJP of the step equations (the transpose of `step_tangent`)."""
     nq = system.nq
-    residual, z, solve = _step_equations(system, x, x_next, multiplier, u, rho, dt)
-    _, momentum_vjp = jax.vjp(
-        lambda q0, q1, rho_: variational.momentum(system, q0, q1, u, rho_, dt),
-        x[:nq], x_next[:nq], rho)
+    z, residual, momentum, solve = _step_equations(system, x, x_next, multiplier, u, rho, dt)
+    _, momentum_vjp = jax.vjp(momentum, x[:nq], x_next[:nq], rho)
     from_q0, from_q1, from_rho = momentum_vjp(costate[nq:])
     w = jnp.concatenate([costate[:nq] + from_q1, jnp.zeros_like(multiplier)])
     nu = solve(w, transpose=True)
@@ -202,8 +203,8 @@ def forward_sensitivities(system: MechanicalSystem, states, info: variational.St
     S_k+1 = A_k S_k + B_k from S_0 = 0 (x_0 does not depend on rho).
 
     One pass costs what the adjoint pass costs (np `step_tangent`s per step; A_k, B_k are
-    never formed) and gives the Jacobian
-    of every output, which Gauss-Newton needs when there are few parameters.
+    never formed) and gives the Jacobian of every output, which Gauss-Newton needs when
+    there are few parameters.
 
     Args:
       states, info: `variational.rollout` output for (inputs, rho); inputs: leading axis kf.
