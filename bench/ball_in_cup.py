@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core import ball_in_cup as bic
+from sysid_ros.core.constrained import ball_in_cup as bic
 
 DT = 0.01
 HORIZON = 30

@@ -14,7 +14,7 @@ from a Python loop and `computeABADerivatives` per call. The JAX results are che
 Pinocchio before they are timed. The last line is `RESULT dynamics key=value ...`.
 
 Usage:
-  python bench/dynamics.py [--quick] [--devices N]
+  python bench/rigid_body.py [--quick] [--devices N]
 
 `--devices N` splits the particle axis over N XLA host devices (XLA runs one computation
 mostly on one core, so N = number of cores uses them all); batches smaller than N run on one.
@@ -50,7 +50,9 @@ import numpy as np  # noqa: E402
 import pinocchio as pin  # noqa: E402
 from jax.sharding import Mesh, PartitionSpec  # noqa: E402
 
-from sysid_ros.core import builders, dynamics, integrators  # noqa: E402
+from sysid_ros.core.model import builders  # noqa: E402
+from sysid_ros.core.dynamics import rigid_body  # noqa: E402
+from sysid_ros.core.dynamics import integrators  # noqa: E402
 from sysid_ros.io import model_io  # noqa: E402
 
 jax.config.update('jax_enable_x64', True)
@@ -188,8 +190,8 @@ def _bench_system(label, model, nominal, rng):
                      rnea=_python_loop_rate(pin_rnea, num_pin),
                      aba_derivatives=_python_loop_rate(pin_aba_derivatives, num_pin))
 
-    aba_fn = _batched(jax.vmap(lambda p, a, b, c: dynamics.aba(model, p, a, b, c)))
-    rnea_fn = _batched(jax.vmap(lambda p, a, b, c: dynamics.rnea(model, p, a, b, c)))
+    aba_fn = _batched(jax.vmap(lambda p, a, b, c: rigid_body.aba(model, p, a, b, c)))
+    rnea_fn = _batched(jax.vmap(lambda p, a, b, c: rigid_body.rnea(model, p, a, b, c)))
     grad_fn = _batched(jax.vmap(jax.grad(_rollout_loss(model))))
     x0 = jnp.concatenate([q, qd], axis=-1)
 

@@ -78,8 +78,12 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from sysid_ros.core import csvgd, inertia, observations, parameters  # noqa: E402
-from sysid_ros.core import likelihood as lk  # noqa: E402
+from sysid_ros.core.inference.particles import sobol_particles  # noqa: E402
+from sysid_ros.core.inference import csvgd  # noqa: E402
+from sysid_ros.core.model import inertia  # noqa: E402
+from sysid_ros.core.dynamics import observations  # noqa: E402
+from sysid_ros.core.model import parameters  # noqa: E402
+from sysid_ros.core.likelihoods import likelihood as lk  # noqa: E402
 
 # -- the problem -----------------------------------------------------------------------------
 
@@ -369,7 +373,7 @@ def run_experiment3(num_particles: int = 16, num_iterations: int = 600, num_step
     estimator = csvgd.make_csvgd(setting, spec, optax.adam(schedule), params_fn=params_fn)
     step = jax.jit(estimator.step)
     state = estimator.init(jax.random.key(seed),
-                           csvgd.sobol_particles(spec, num_particles, seed=seed), data)
+                           sobol_particles(spec, num_particles, seed=seed), data)
     start = time.perf_counter()
     state, info = step(state, data)
     jax.block_until_ready(state)

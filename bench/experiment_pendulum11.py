@@ -43,7 +43,7 @@ releases from a different pose). Sensor noise: N(0, 0.02 rad) on angles, N(0, 0.
 velocities, independent per sample; the release state x0 is known exactly (at rest, measured
 before the release). Every method's likelihood uses the true noise level.
 
-Metrics (seed supplement §1.4; `sysid_ros.core.metrics`), on the held-out set only: each
+Metrics (seed supplement §1.4; `sysid_ros.core.likelihoods.metrics`), on the held-out set only: each
 posterior particle is simulated from each test release state (P x 10 trajectories) and the
 same sensor noise is added (the posterior predictive of the observations; the seed does not
 say whether it added noise); all dimensions are divided by the standard deviation of the test
@@ -61,13 +61,13 @@ same number of iterations N with P particles / chains / walkers (hyper-parameter
     log-likelihood of the final particles: with the module defaults (5e-2, mu = 10,
     kernel 'parameters') CSVGD had not converged after 1000 iterations (held-out
     KL(real||sim) 985 against -434 with these settings).
-  * SGLD: `baselines.make_sgld`, one chain per particle, step size from a pilot grid.
-  * NUTS: `baselines.nuts_warmup` (Stan's window adaptation) for the first half of the
+  * SGLD: `samplers.make_sgld`, one chain per particle, step size from a pilot grid.
+  * NUTS: `samplers.nuts_warmup` (Stan's window adaptation) for the first half of the
     iterations, NUTS transitions for the rest; tree depth capped (`max_num_doublings`).
   * Emcee: stretch move, max(P, 2 D + 2) walkers (emcee needs >= 2 D; MS has D = 47); the
     posterior sample is P randomly chosen walkers of the final ensemble.
   * CEM: Gaussian mixture of 3 components (the seed's), population P, elites P / 4.
-For MS the baselines use `baselines.make_shooting_log_prob` (defect likelihood with
+For MS the baselines use `samplers.make_shooting_log_prob` (defect likelihood with
 sigma_def = 0.1, the seed's sigma_def^2 ~ 1e-2) over CSVGD's particle [z, s_hat].
 
 Usage: python bench/experiment_pendulum11.py [--quick]; from code `run_experiment2(quick)`.
@@ -85,9 +85,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from sysid_ros.core import baselines, builders, csvgd, inertia, integrators, metrics
-from sysid_ros.core import likelihood as lik
-from sysid_ros.core import parameters
+from sysid_ros.core.inference.particles import sobol_particles
+from sysid_ros.core.inference import samplers
+from sysid_ros.core.model import builders
+from sysid_ros.core.inference import csvgd
+from sysid_ros.core.model import inertia
+from sysid_ros.core.dynamics import integrators
+from sysid_ros.core.likelihoods import metrics
+from sysid_ros.core.likelihoods import likelihood as lik
+from sysid_ros.core.model import parameters
 
 # Seed Table 1 row -> (our name, bounds in our units).
 TABLE1 = (
@@ -348,10 +354,10 @@ def run_method(problem: Problem, method: str, column: str, num_particles: int,
     spec, data = problem.spec, problem.train
     setting = problem.settings[column]
     m = spec.num_params
-    theta0 = csvgd.sobol_particles(spec, num_particles, seed=seed)
+    theta0 = sobol_particles(spec, num_particles, seed=seed)
     key = jax.random.key(seed)
     label = f'{method} {column.upper()}'
-    positions = np.array(baselines.shooting_positions(setting, spec, theta0, data))
+    positions = np.array(samplers.shooting_positions(setting, spec, theta0, data))
     dim = positions.shape[1]
     hyper = method_settings(method, column, num_particles, num_iterations, dim)
 
@@ -360,7 +366,7 @@ def run_method(problem: Problem, method: str, column: str, num_particles: int,
 
     log_prob = None
     if method != 'svgd':
-        log_prob = baselines.make_shooting_log_prob(setting, spec, base_params=problem.base,
+        log_prob = samplers.make_shooting_log_prob(setting, spec, base_params=problem.base,
                                                     defect_std=DEFECT_STD)
     extra_compile = 0.0
     if method == 'svgd':
@@ -377,12 +383,12 @@ def run_method(problem: Problem, method: str, column: str, num_particles: int,
         step = jax.jit(estimator.step)
         theta_fn = (lambda s: s.theta)
     elif method == 'sgld':
-        estimator = baselines.make_sgld(log_prob, hyper['step_size'], num_particles)
+        estimator = samplers.make_sgld(log_prob, hyper['step_size'], num_particles)
         state = estimator.init(key, positions)
         step = jax.jit(estimator.step)
         theta_fn = (lambda s: decode(s.particles))
     elif method == 'cem':
-        estimator = baselines.make_cem(log_prob, num_particles, hyper['num_elites'],
+        estimator = samplers.make_cem(log_prob, num_particles, hyper['num_elites'],
                                        hyper['num_components'], weighting=hyper['weighting'],
                                        smoothing=hyper['smoothing'])
         state = estimator.init(key, positions)
@@ -398,13 +404,13 @@ def run_method(problem: Problem, method: str, column: str, num_particles: int,
             donors = np.random.default_rng(seed).choice(good, bad.size)
             positions[bad] = positions[donors] + 1e-2 * np.random.default_rng(
                 seed + 1).standard_normal((bad.size, dim))
-        warm = baselines.nuts_warmup(key, log_prob, positions, hyper['num_warmup'], data,
+        warm = samplers.nuts_warmup(key, log_prob, positions, hyper['num_warmup'], data,
                                      target_acceptance_rate=hyper['target_acceptance_rate'],
                                      max_num_doublings=hyper['max_num_doublings'])
         jax.block_until_ready(warm)
         extra_compile = time.perf_counter() - start       # warm-up: compile + run
         hyper = dict(hyper, step_size=float(warm.step_size))
-        estimator = baselines.make_nuts(log_prob, warm.step_size, warm.inverse_mass_matrix,
+        estimator = samplers.make_nuts(log_prob, warm.step_size, warm.inverse_mass_matrix,
                                         num_particles,
                                         max_num_doublings=hyper['max_num_doublings'])
         finite_start = np.asarray(warm.particles)
@@ -415,13 +421,13 @@ def run_method(problem: Problem, method: str, column: str, num_particles: int,
     elif method == 'emcee':
         walkers = hyper['num_walkers']
         if walkers > num_particles:
-            theta_w = csvgd.sobol_particles(spec, walkers, seed=seed)
-            positions = np.array(baselines.shooting_positions(setting, spec, theta_w, data))
+            theta_w = sobol_particles(spec, walkers, seed=seed)
+            positions = np.array(samplers.shooting_positions(setting, spec, theta_w, data))
             # Shooting states all start on the data: emcee needs linearly independent
             # walkers, so spread them by a small jitter (normalised units).
             positions[:, m:] += 1e-3 * np.random.default_rng(seed).standard_normal(
                 positions[:, m:].shape)
-        estimator = baselines.make_emcee(log_prob, walkers)
+        estimator = samplers.make_emcee(log_prob, walkers)
         state = estimator.init(key, positions)
         step = estimator.step
         pick = np.random.default_rng(seed).choice(walkers, num_particles, replace=False)

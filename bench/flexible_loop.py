@@ -42,7 +42,9 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 
-from sysid_ros.core import adjoint, constraints, variational
+from sysid_ros.core.constrained import adjoint
+from sysid_ros.core.constrained import constraints
+from sysid_ros.core.dynamics import variational
 
 DT = 0.01
 RHO_TRUE = np.array([4.45, 0.97])  # the seed's identified values, used as hidden truth

@@ -40,7 +40,7 @@ jax.config.update('jax_enable_x64', True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sysid_ros.core import mechanisms as mm  # noqa: E402
+from sysid_ros.core.constrained import mechanisms as mm  # noqa: E402
 from sysid_ros.graph import identification as gi  # noqa: E402
 from sysid_ros.graph import smoother as sm  # noqa: E402
 

@@ -56,7 +56,8 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 import experiment_pendulum11 as exp2  # noqa: E402
-from sysid_ros.core import csvgd  # noqa: E402
+from sysid_ros.core.inference.particles import sobol_particles  # noqa: E402
+from sysid_ros.core.inference import csvgd  # noqa: E402
 
 
 def _say(message):
@@ -68,7 +69,7 @@ def time_csvgd_iteration(problem, num_particles: int, repeats: int = 10) -> dict
     estimator = csvgd.make_csvgd(problem.settings['ms'], problem.spec, optax.adam(5e-2),
                                  base_params=problem.base)
     state = estimator.init(jax.random.key(0),
-                           csvgd.sobol_particles(problem.spec, num_particles), problem.train)
+                           sobol_particles(problem.spec, num_particles), problem.train)
     step = jax.jit(estimator.step)
     start = time.perf_counter()
     state, _ = step(state, problem.train)

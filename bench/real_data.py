@@ -58,9 +58,10 @@ import pinocchio as pin
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import experiment_pendulum11 as exp2  # noqa: E402
 
-from sysid_ros.core import actuators, dynamics  # noqa: E402
-from sysid_ros.core import likelihood as lik  # noqa: E402
-from sysid_ros.io import datasets, model_io, pipeline, report  # noqa: E402
+from sysid_ros.core.dynamics import actuators  # noqa: E402
+from sysid_ros.core.dynamics import rigid_body  # noqa: E402
+from sysid_ros.core.likelihoods import likelihood as lik  # noqa: E402
+from sysid_ros.io import datasets, estimator_data, model_io, pipeline, report  # noqa: E402
 from sysid_ros.io import trajectory as trajectory_io  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -149,7 +150,7 @@ def _torque_fn(model, actuator: str):
 
     def one(params, q, qd, qdd):
         friction = -act(model, params, q, qd, jnp.zeros_like(q))
-        return dynamics.rnea(model, params, q, qd, qdd) + params.armature * qdd + friction
+        return rigid_body.rnea(model, params, q, qd, qdd) + params.armature * qdd + friction
 
     return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0)))
 
@@ -262,7 +263,7 @@ def run_panda(source: str, out: str) -> dict:
     problem, params, result = _nea_fit(os.path.join(CONFIG, 'panda_gaz2019.yaml'),
                                        [run.slice(0, split)])
     (test,) = pipeline.prepare_trajectories(problem, [run.slice(split, run.num_samples)])
-    samples = pipeline.nea_samples(test)
+    samples = estimator_data.nea_samples(test)
     q, qd, qdd = (jnp.asarray(samples[k]) for k in ('q', 'qd', 'qdd'))
     torques = _torque_fn(problem.model, problem.config.model.actuator)
     rigid = _torque_fn(problem.model, 'ideal')

@@ -27,7 +27,7 @@ def _enable_x64():
 
 
 def _cmd_verify(args) -> int:
-    from sysid_ros.core import builders
+    from sysid_ros.core.model import builders
     from sysid_ros.io import model_io, verify
 
     if args.urdf:
@@ -486,7 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument('--urdf', help='URDF file (or example-robot-data:NAME, e.g. '
                      'example-robot-data:panda)')
-    from sysid_ros.core.builders import BUILDERS
+    from sysid_ros.core.model.builders import BUILDERS
     src.add_argument('--builder', choices=sorted(BUILDERS) + ['all'],
                      help='a built-in model of the seeds (or all of them)')
     p.add_argument('--joints', nargs='+', help='keep only these joints (lock the others)')

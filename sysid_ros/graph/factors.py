@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core import mechanisms as mm
+from sysid_ros.core.constrained import mechanisms as mm
 
 
 def key(kind: str, step: int) -> int:

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core import mechanisms as mm
+from sysid_ros.core.constrained import mechanisms as mm
 from sysid_ros.graph.factors import (FactorLibrary, bind, encoder_residual, gyro_residual, key,
                                      position_residual, stacked_factor, velocity_residual)
 from sysid_ros.graph.smoother import Sigmas, make_smoother

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core import mechanisms as mm
+from sysid_ros.core.constrained import mechanisms as mm
 from sysid_ros.graph import factors
 from sysid_ros.graph.factors import FactorLibrary, bind, key, stacked_factor
 

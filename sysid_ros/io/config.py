@@ -32,8 +32,9 @@ from typing import Any, Mapping
 
 import yaml
 
-from sysid_ros.core import parameters as _parameters
-from sysid_ros.io.errors import InputError
+from sysid_ros.core.model import parameters as _parameters
+from sysid_ros.core.inference import registry
+from sysid_ros.io.errors import InputError, located
 
 __all__ = [
     'ACTUATORS',
@@ -45,6 +46,7 @@ __all__ = [
     'LIKELIHOODS',
     'LOSSES',
     'ConfigError',
+    'config_error',
     'ModelConfig',
     'ParametersConfig',
     'DataConfig',
@@ -64,8 +66,10 @@ __all__ = [
 ACTUATORS = ('ideal', 'viscous', 'coulomb_viscous', 'stribeck', 'nn_friction', 'nn_residual',
              'ff_nn')
 INTEGRATORS = ('semi_implicit_euler', 'rk4', 'variational')
-BAYESIAN_METHODS = ('csvgd', 'svgd', 'sgld', 'nuts', 'emcee', 'cem')
-POINT_METHODS = ('diffnea', 'nea')
+# The estimators' names come from the one registry; factor_graph is the GTSAM smoother of
+# `graph` for planar mechanisms, outside the estimator contract.
+BAYESIAN_METHODS = registry.BAYESIAN_METHODS
+POINT_METHODS = registry.POINT_METHODS
 GRAPH_METHODS = ('factor_graph',)         # planar mechanisms (model.mechanism), `graph`
 METHODS = BAYESIAN_METHODS + POINT_METHODS + GRAPH_METHODS
 LIKELIHOODS = ('product', 'sum')
@@ -90,7 +94,12 @@ class ConfigError(InputError):
 
 
 def _error(path: str | None, key: str, message: str) -> ConfigError:
-    return ConfigError(f'{path}: {key}: {message}' if path else f'{key}: {message}')
+    return ConfigError(located(path, key, message))
+
+
+def config_error(config: 'Config', key: str, message: str) -> ConfigError:
+    """A ConfigError naming the configuration's file (if any) and the dotted `key`."""
+    return _error(config.source, key, message)
 
 
 def _opt(default: Any, kind: str, unit: str = '', doc: str = '', **checks):
@@ -287,9 +296,9 @@ def _check_factory(kind: str, builder: str, args: Mapping[str, Any], path: str |
     (`core.mechanisms.MECHANISMS`) name and argument names; `kind` is the model key."""
     try:
         if kind == 'mechanism':
-            from sysid_ros.core.mechanisms import MECHANISMS as BUILDERS
+            from sysid_ros.core.constrained.mechanisms import MECHANISMS as BUILDERS
         else:
-            from sysid_ros.core.builders import BUILDERS
+            from sysid_ros.core.model.builders import BUILDERS
     except ImportError:                         # builders not available: leave it to the model
         return
     if builder not in BUILDERS:
@@ -561,7 +570,7 @@ class Config:
         return from_dict(d, path)
 
 
-_SECTIONS = ('model', 'parameters', 'data', 'estimator', 'online')
+SECTIONS = ('model', 'parameters', 'data', 'estimator', 'online')
 
 
 def from_dict(d: Mapping[str, Any], path: str | None = None) -> Config:
@@ -578,9 +587,9 @@ def from_dict(d: Mapping[str, Any], path: str | None = None) -> Config:
         raise ConfigError(f'{path}: expected a map at the top level, got {type(d).__name__}'
                           if path else f'expected a map, got {type(d).__name__}')
     for key in d:
-        if key not in _SECTIONS:
+        if key not in SECTIONS:
             raise _error(path, str(key), 'unknown section; expected one of '
-                         + ', '.join(_SECTIONS))
+                         + ', '.join(SECTIONS))
     for key in ('model', 'parameters'):
         if key not in d:
             raise _error(path, key, 'missing section')

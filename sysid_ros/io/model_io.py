@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pinocchio as pin
 
-from sysid_ros.core.types import PRISMATIC, REVOLUTE, Params, RobotModel
+from sysid_ros.core.model.types import PRISMATIC, REVOLUTE, Params, RobotModel
 from sysid_ros.io.errors import InputError
 
 EXAMPLE_ROBOT_PREFIX = 'example-robot-data:'

@@ -1,12 +1,13 @@
 """Online (windowed) Bayesian identification: the ROS-free state of the live estimator node.
 
-An `OnlineSession` holds the Problem and the current posterior particles (P, M) [physical
-units] and, for each data window (a `window_buffer.Window`), runs
+An `OnlineSession` holds the Problem and the state of one registered estimator
+(`core.inference.registry`, `estimator.method`), and steps it window by window:
 
-    particles -> + jitter -> predictive ESS on the new window
-        -> `bayes.fit_posterior(..., theta0=particles, prior=sequential prior)` for
-        `online.iterations_per_window` steps -> divergence check -> particles (or the last
-        good ones)
+    init once (and on `reset`); per window (a `window_buffer.Window`):
+        window -> Trajectory (once) -> estimator data (once)
+        -> rebase(state, jittered particles, data) -> step x `online.iterations_per_window`
+           (data and the sequential prior passed as data: nothing recompiles)
+        -> divergence check -> posterior (or the last good one)
 
   * Sequential Bayes: window t's target is p(window t | theta) x prior_t(theta), prior_t the
     posterior after window t - 1 summarised as a Gaussian in physical units (times the
@@ -17,24 +18,22 @@ units] and, for each data window (a `window_buffer.Window`), runs
     so information accumulates over about 1 / (1 - forgetting) windows while the random-walk
     term and the forgetting keep the prior wide enough to follow a parameter that changes
     (a payload). The first window, and the first after `reset`, has the configured prior
-    (uniform within the bounds); a warm-start file counts as a previous posterior. The
-    prior's mean and precision go to the jitted CSVGD step as data (`bayes.GaussianPrior`;
-    the bounds prior as one of zero precision): windows never recompile. Other Bayesian
-    methods have no sequential prior (warm start only).
-  * Warm start: each window starts from the previous window's particles (the optimiser state
-    and the shooting states restart on the new data). All windows have the same shape, so the
-    jitted estimator of `io.bayes` compiles on the first window and is reused (its cache is
-    keyed by the problem structure).
+    (uniform within the bounds: a Gaussian of zero precision, so every window runs the same
+    compiled step); a warm-start file counts as a previous posterior.
+  * What carries over between windows is the estimator's `rebase` (`core.inference.methods`:
+    for CSVGD the particles and Adam's moments of the parameters; the shooting states restart
+    on the new window's measurements and the multipliers at zero).
   * Jitter: before each window every particle gets Gaussian noise of std `online.jitter`
-    times its parameter's bounds width, clipped into the bounds, so that the particles start
-    as spread as the prior.
-  * Predictive effective sample size: the jittered particles are weighted by their
-    likelihood of the new window, w_i ~ exp(log_lik_i); ESS = 1 / sum(w_i^2) in [1, P]
-    (P: the data agree with the whole posterior; near 1: they do not, e.g. after a change).
-  * Divergence: a window whose loss (the mean squared noise-normalised residual of its best
-    particle, see `io.bayes`) is not finite, exceeds `online.divergence_factor` times the last
-    good window's loss, or leaves non-finite particles is a divergence: the particles go back
-    to the last good posterior and the event is counted.
+    times its parameter's bounds width, clipped into the bounds.
+  * Predictive effective sample size: the first step's `StepInfo` describes the jittered
+    particles on the new window; weighted by their likelihood, w_i ~ exp(log_lik_i),
+    ESS = 1 / sum(w_i^2) in [1, P] (P: the data agree with the whole posterior; near 1: they
+    do not, e.g. after a change).
+  * Divergence: a window whose loss (the lowest mean squared noise-normalised residual of the
+    particles that the window's last step started from) is not finite, exceeds
+    `online.divergence_factor` times the last good window's loss, or leaves non-finite
+    particles is a divergence: the particles go back to the last good posterior and the
+    event is counted.
   * Files (`save`, `load_posterior`): `<stem>.npz` (`particles` (P, M), `names` (M,),
     `lower`, `upper` (M,)) and `<stem>.yaml` (names with mean and std, windows, divergences,
     method), each written to a temporary file in the same folder and renamed into place.
@@ -56,9 +55,12 @@ import jax.numpy as jnp
 import numpy as np
 import yaml
 
-from sysid_ros.core import baselines
-from sysid_ros.io import bayes, pipeline
-from sysid_ros.io.pipeline import Problem
+from sysid_ros.core.inference import particles, registry
+from sysid_ros.core.inference.base import GaussianPrior
+from sysid_ros.core.likelihoods import likelihood as lik
+from sysid_ros.io import estimator_data, fitting, simulation
+from sysid_ros.io.config import config_error
+from sysid_ros.io.problem import Problem, prepare_trajectories
 from sysid_ros.io.trajectory import DataError, Trajectory, hold_torques
 from sysid_ros.io.window_buffer import Window
 
@@ -85,6 +87,8 @@ class WindowResult(NamedTuple):
       ess: predictive effective sample size of the particles on this window, in [1, P].
       diverged: the window diverged and the posterior went back to the last good one.
       iteration_time: wall time of the update, compilation included on the first [s].
+      predicted: (T, 2 nv) states [q; qd] simulated with the posterior mean from the
+        window's first measured state under its torques (the model's prediction).
     """
 
     index: int
@@ -95,6 +99,7 @@ class WindowResult(NamedTuple):
     ess: float
     diverged: bool
     iteration_time: float
+    predicted: np.ndarray
 
 
 def posterior_paths(path: str | os.PathLike) -> tuple[str, str]:
@@ -156,7 +161,7 @@ def window_trajectory(problem: Problem, window: Window, index: int = 0) -> Traje
     traj = Trajectory(t=np.asarray(window.t), q=np.asarray(window.q),
                       qd=np.asarray(window.qd), tau=np.asarray(window.tau),
                       joint_names=problem.model.joint_names, source=f'window {index}')
-    traj = pipeline.prepare_trajectories(problem, [traj])[0]
+    traj = prepare_trajectories(problem, [traj])[0]
     return hold_torques(traj, problem.config.data.torque_samples)
 
 
@@ -167,7 +172,7 @@ class OnlineSession:
       problem: the problem; `estimator` and `online` settings come from its configuration
         (`estimator.method` must be Bayesian).
       warm_start: posterior file to start from (default: `online.warm_start`; none: the
-        Sobol particles of `bayes.initial_particles`).
+        starting particles of `core.inference.particles`).
 
     Raises:
       ConfigError: a non-Bayesian method, unbounded parameters, unknown push names.
@@ -178,17 +183,17 @@ class OnlineSession:
         cfg = problem.config
         self.problem = problem
         self.method = cfg.estimator.method
-        if self.method not in bayes.BAYESIAN_METHODS:
-            raise pipeline._config_error(cfg, 'estimator.method', f'the live estimator needs '
-                                         f'one of {" | ".join(bayes.BAYESIAN_METHODS)}, got '
-                                         f'{self.method!r}')
-        bayes.check_bounds(problem, self.method)
+        if self.method not in registry.BAYESIAN_METHODS:
+            raise config_error(cfg, 'estimator.method', f'the live estimator needs one of '
+                               f'{" | ".join(registry.BAYESIAN_METHODS)}, got {self.method!r}')
+        estimator_data.check_bounds(problem, self.method)
         unknown = [n for n in cfg.online.push_parameters if n not in problem.names]
         if unknown:
-            raise pipeline._config_error(cfg, f'online.push_parameters.{unknown[0]}',
-                                         f'not an identified parameter; expected one of '
-                                         f'{", ".join(problem.names)}')
+            raise config_error(cfg, f'online.push_parameters.{unknown[0]}',
+                               f'not an identified parameter; expected one of '
+                               f'{", ".join(problem.names)}')
         self.names = problem.names
+        self._kind = registry.lookup(self.method).data
         # Samples per window, as `WindowBuffer` cuts them.
         self.window_samples = int(round(cfg.online.window_length * cfg.data.rate))
         self.num_particles = cfg.estimator.particles
@@ -196,6 +201,8 @@ class OnlineSession:
         self.upper = np.asarray(problem.spec.upper_bounds, dtype=float)
         self._lock = threading.RLock()
         self._rng = np.random.default_rng([cfg.estimator.seed, 11])
+        self._estimator = None
+        self._state = None
         self.windows = 0
         self.divergences = 0
         self.last_loss = float('nan')
@@ -209,6 +216,11 @@ class OnlineSession:
     # ------------------------------------------------------------------------------------------
 
     @property
+    def estimator(self):
+        """The compiled `Estimator` the windows step (None before the first window)."""
+        return self._estimator
+
+    @property
     def particles(self) -> np.ndarray:
         """(P, M) current posterior particles [physical units] (a copy)."""
         with self._lock:
@@ -220,27 +232,31 @@ class OnlineSession:
         return theta.mean(axis=0), theta.std(axis=0)
 
     def reset(self) -> None:
-        """Back to the starting particles: the warm-start file if any, else the Sobol prior."""
+        """Back to the starting particles (the warm-start file if any); the estimator is
+        initialised again on the next window."""
         with self._lock:
-            seed = self.problem.config.estimator.seed
+            cfg = self.problem.config
             theta0 = None
             if self.warm_start:
                 theta0 = load_posterior(self.warm_start, self.names)
                 if len(theta0) != self.num_particles:   # resample to the configured count
                     theta0 = theta0[self._rng.integers(0, len(theta0), self.num_particles)]
-            self._particles = bayes.initial_particles(self.problem, self.num_particles, seed,
-                                                      theta0)
+            self._particles = particles.initial_particles(
+                self.problem.spec, self.problem.base_params, self.num_particles,
+                cfg.estimator.seed, theta0)
             self._good = self._particles.copy()
             self._good_loss = float('inf')
+            self._state = None
             # A warm-start file is a previous posterior; Sobol particles are the bounds prior.
             self._has_posterior = bool(self.warm_start)
 
-    def sequential_prior(self) -> bayes.GaussianPrior | None:
+    def sequential_prior(self) -> GaussianPrior | None:
         """The prior of the next window: the current particles as a Gaussian with forgetting
         and random-walk noise (module doc), or None (the bounds prior) before the first
-        window, after `reset`, or for methods other than csvgd."""
+        window and after `reset`."""
         with self._lock:
-            if not self._has_posterior or self.method != 'csvgd':
+            m = len(self.names)
+            if not self._has_posterior:
                 return None
             online_cfg = self.problem.config.online
             width = self.upper - self.lower
@@ -249,18 +265,19 @@ class OnlineSession:
             walk = np.maximum(online_cfg.jitter, PRIOR_FLOOR) * width
             theta = self._particles
             cov = np.atleast_2d(np.cov(theta, rowvar=False)) if len(theta) > 1 \
-                else np.zeros((theta.shape[1],) * 2)
+                else np.zeros((m, m))
             cov = cov / online_cfg.forgetting + np.diag(walk ** 2)
-            return bayes.GaussianPrior(mean=theta.mean(axis=0), precision=np.linalg.inv(cov))
+            return GaussianPrior(mean=jnp.asarray(theta.mean(axis=0)),
+                                 precision=jnp.asarray(np.linalg.inv(cov)))
 
-    def _window_prior(self) -> bayes.GaussianPrior | None:
-        """`sequential_prior`, or for csvgd without one a flat Gaussian (zero precision: the
-        bounds prior), so that every window runs the same compiled step."""
+    def _window_prior(self) -> GaussianPrior:
+        """`sequential_prior`, the bounds prior as a Gaussian of zero precision, so that every
+        window runs the same compiled step."""
         prior = self.sequential_prior()
-        if prior is None and self.method == 'csvgd':
+        if prior is None:
             m = len(self.names)
-            prior = bayes.GaussianPrior(mean=0.5 * (self.lower + self.upper),
-                                        precision=np.zeros((m, m)))
+            prior = GaussianPrior(mean=jnp.asarray(0.5 * (self.lower + self.upper)),
+                                  precision=jnp.zeros((m, m)))
         return prior
 
     def _jittered(self) -> np.ndarray:
@@ -269,29 +286,31 @@ class OnlineSession:
         if jitter > 0.0:
             theta = theta + self._rng.normal(size=theta.shape) * jitter * (self.upper
                                                                           - self.lower)
-        return theta
+        return np.clip(theta, self.lower, self.upper)
 
     # ------------------------------------------------------------------------------------------
     # Update
     # ------------------------------------------------------------------------------------------
 
-    def predictive_ess(self, theta: np.ndarray, traj: Trajectory) -> float:
-        """ESS in [1, P] of `theta` (P, M) weighted by their likelihood of `traj`."""
-        problem = self.problem
-        sp = bayes.shooting_problem(problem, [traj])
-        positions = baselines.shooting_positions(sp.likelihood, problem.spec,
-                                                 jnp.asarray(theta), sp.data)
-        log_lik = np.asarray(bayes._evaluate(problem, sp.likelihood)(positions, sp.data)
-                             .log_lik)
-        finite = np.isfinite(log_lik)
-        if not finite.any():
-            return 1.0
-        w = np.where(finite, np.exp(log_lik - np.max(log_lik[finite])), 0.0)
-        w /= w.sum()
-        return float(1.0 / np.sum(w * w))
+    def _window_data(self, traj: Trajectory) -> estimator_data.MethodData:
+        return estimator_data.method_data(self.problem, [traj], self._kind)
+
+    def _start(self, theta: np.ndarray, prepared: estimator_data.MethodData):
+        """The estimator state on this window's data at particles `theta` (P, M)."""
+        cfg = self.problem.config
+        if self._estimator is None:
+            options = fitting.method_options(self.problem, cfg.online.iterations_per_window)
+            self._estimator = fitting.compiled_estimator(self.problem, self.method,
+                                                         prepared.target, options)
+        theta = particles.initial_particles(self.problem.spec, self.problem.base_params,
+                                            self.num_particles, theta0=theta)
+        if self._state is None:
+            key = jax.random.PRNGKey(cfg.estimator.seed + self.windows + 1)
+            return self._estimator.init(key, jnp.asarray(theta), prepared.data)
+        return self._estimator.rebase(self._state, jnp.asarray(theta), prepared.data)
 
     def update(self, window: Window) -> WindowResult:
-        """Run the estimator on one window, warm-started from the current particles.
+        """Step the estimator on one window, from the (jittered) current particles.
 
         Raises:
           DataError: a window that does not fit the problem (joints, length).
@@ -300,43 +319,45 @@ class OnlineSession:
         with self._lock:
             index = self.windows
             traj = window_trajectory(self.problem, window, index)
-            theta0 = bayes.initial_particles(self.problem, self.num_particles, 0,
-                                             self._jittered())
-            ess = self.predictive_ess(theta0, traj)
-            cfg = self.problem.config
-            result = bayes.fit_posterior(
-                self.problem, [traj], self.method, cfg.online.iterations_per_window,
-                theta0=theta0, seed=cfg.estimator.seed + index + 1, start=start,
-                prior=self._window_prior())
-            loss = float(result.final_loss)
-            diverged = (not np.isfinite(loss) or not np.all(np.isfinite(result.particles))
-                        or loss > cfg.online.divergence_factor * self._good_loss)
+            prepared = self._window_data(traj)
+            state = self._start(self._jittered(), prepared)
+            prior = self._window_prior()
+            est = self._estimator
+            infos = []
+            for _ in range(self.problem.config.online.iterations_per_window):
+                state, info = est.step(state, prepared.data, prior)
+                infos.append(info)
+            theta = np.asarray(est.posterior(state), dtype=float)
+            ess = _predictive_ess(prepared, np.asarray(infos[0].loss, dtype=float))
+            loss = float(np.min(np.asarray(infos[-1].loss)))
+            diverged = (not np.isfinite(loss) or not np.all(np.isfinite(theta))
+                        or loss > self.problem.config.online.divergence_factor
+                        * self._good_loss)
             if diverged:
                 self.divergences += 1
                 self._particles = self._good.copy()
             else:
-                self._particles = np.asarray(result.particles, dtype=float)
-                self._good = self._particles.copy()
+                self._particles = theta
+                self._good = theta.copy()
                 self._good_loss = loss
                 self._has_posterior = True
+                self._state = state
             self.windows += 1
             self.last_loss = loss
             mean, std = self._particles.mean(axis=0), self._particles.std(axis=0)
+            predicted = self._predict(traj, mean)
         return WindowResult(index=index, t_end=float(window.t[-1]), mean=mean, std=std,
                             loss=loss, ess=ess, diverged=diverged,
-                            iteration_time=time.perf_counter() - start)
+                            iteration_time=time.perf_counter() - start, predicted=predicted)
 
-    def predict(self, window: Window) -> np.ndarray:
-        """(T, 2 nv) states [q; qd] simulated with the posterior mean from the window's first
-        measured state under its measured torques (the model's prediction for the window)."""
+    def _predict(self, traj: Trajectory, theta: np.ndarray) -> np.ndarray:
+        """(T, 2 nv) rollout of `traj`'s torques from its first state with `theta` (M,)."""
         problem, cfg = self.problem, self.problem.config
-        mean, _ = self.estimate()
-        params = problem.spec.to_params(jnp.asarray(mean), problem.base_params)
-        x0 = jnp.concatenate([jnp.asarray(window.q[0]), jnp.asarray(window.qd[0])])
-        held = window_trajectory(problem, window).tau
-        states = pipeline._rollout(problem.model, params, x0, jnp.asarray(held[:-1]),
-                                   problem.dt, integrator=cfg.model.integrator,
-                                   actuator=cfg.model.actuator, substeps=problem.substeps)
+        params = problem.spec.to_params(jnp.asarray(theta), problem.base_params)
+        x0 = jnp.concatenate([jnp.asarray(traj.q[0]), jnp.asarray(traj.qd[0])])
+        states = simulation.rollout(problem.model, params, x0, jnp.asarray(traj.tau[:-1]),
+                                    problem.dt, integrator=cfg.model.integrator,
+                                    actuator=cfg.model.actuator, substeps=problem.substeps)
         return np.asarray(jax.device_get(states), dtype=float)
 
     # ------------------------------------------------------------------------------------------
@@ -350,11 +371,10 @@ class OnlineSession:
         window = Window(t=traj.t, q=traj.q, qd=traj.qd, tau=traj.tau)
         with self._lock:
             saved = (self._particles, self._good, self._good_loss, self.windows,
-                     self.divergences, self.last_loss, self._has_posterior)
-            self.update(window)               # compiles the step (one for every window)
-            self.predict(window)
+                     self.divergences, self.last_loss, self._has_posterior, self._state)
+            self.update(window)           # compiles the step and the prediction
             (self._particles, self._good, self._good_loss, self.windows,
-             self.divergences, self.last_loss, self._has_posterior) = saved
+             self.divergences, self.last_loss, self._has_posterior, self._state) = saved
 
     def save(self, path: str | os.PathLike, timeout: float | None = None) -> tuple[str, str]:
         """Write the current posterior to `<stem>.npz` and `<stem>.yaml` atomically (module
@@ -392,3 +412,16 @@ class OnlineSession:
         _write_atomic(yml, lambda f: f.write(text))
         return npz, yml
 
+
+
+def _predictive_ess(prepared: estimator_data.MethodData, loss: np.ndarray) -> float:
+    """ESS in [1, P] of particles whose residual losses (P,) on a window are `loss`: the
+    weights exp(log_lik_i) with log_lik = -n loss / 2 - c (`likelihood.residual_loss`)."""
+    finite = np.isfinite(loss)
+    if not finite.any():
+        return 1.0
+    _, n = lik.residual_normaliser(prepared.target.likelihood, prepared.data)
+    log_w = np.where(finite, -0.5 * float(n) * loss, -np.inf)
+    w = np.exp(log_w - np.max(log_w[finite]))
+    w /= w.sum()
+    return float(1.0 / np.sum(w * w))

@@ -1,6 +1,6 @@
 """Scores of a posterior on held-out trajectories (`sysid fit --bag`, `sysid evaluate`).
 
-The trajectories are cut into segments of `horizon` steps (`pipeline`'s rollout segments);
+The trajectories are cut into segments of `horizon` steps (`estimator_data.segments`);
 every particle simulates every segment from its measured start state under the measured
 torques. Real set: the N measured segments; simulated set: all P x N rollouts (as the seed's
 experiment 2 compares held-out trajectories with posterior rollouts). States are divided by
@@ -15,9 +15,10 @@ from typing import NamedTuple, Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core import metrics
-from sysid_ros.io import pipeline
-from sysid_ros.io.bayes import estimate_noise_std
+from sysid_ros.core.likelihoods import metrics
+from sysid_ros.io import estimator_data, simulation
+from sysid_ros.io.estimator_data import estimate_noise_std
+from sysid_ros.io.problem import Problem, prepare_trajectories
 from sysid_ros.io.trajectory import Trajectory
 
 __all__ = ['HeldOutRollouts', 'rollouts', 'posterior_metrics']
@@ -44,7 +45,7 @@ class HeldOutRollouts(NamedTuple):
     num_trajectories: int
 
 
-def rollouts(problem: pipeline.Problem, particles: np.ndarray,
+def rollouts(problem: Problem, particles: np.ndarray,
              trajectories: Sequence[Trajectory], horizon: int | None = None
              ) -> HeldOutRollouts:
     """Simulate every segment of `trajectories` with every particle (P, M) [physical units].
@@ -53,12 +54,12 @@ def rollouts(problem: pipeline.Problem, particles: np.ndarray,
       DataError: trajectories that do not fit the problem (see `pipeline.prepare_trajectories`).
     """
     cfg = problem.config
-    trajs = pipeline.prepare_trajectories(problem, trajectories)
-    segments = pipeline._segments(problem, trajs, horizon or cfg.estimator.rollout_horizon)
+    trajs = prepare_trajectories(problem, trajectories)
+    segments = estimator_data.segments(problem, trajs, horizon or cfg.estimator.rollout_horizon)
     sims = []
     for theta in np.asarray(particles, float):
         params = problem.spec.to_params(jnp.asarray(theta), problem.base_params)
-        sims.append(np.asarray(pipeline._rollout_batch(
+        sims.append(np.asarray(simulation.rollout_batch(
             problem.model, params, segments.x0, segments.controls, problem.dt,
             integrator=cfg.model.integrator, actuator=cfg.model.actuator,
             substeps=problem.substeps))[:, 1:])
@@ -67,7 +68,7 @@ def rollouts(problem: pipeline.Problem, particles: np.ndarray,
                            np.asarray(segments.state_scale), len(trajs))
 
 
-def posterior_metrics(problem: pipeline.Problem, held: HeldOutRollouts) -> dict:
+def posterior_metrics(problem: Problem, held: HeldOutRollouts) -> dict:
     """KL both ways, MMD^2, predictive log-likelihood and NMSE of the rollouts.
 
     Returns:

@@ -32,7 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
-from sysid_ros.io.errors import InputError
+from sysid_ros.io.errors import InputError, located
 
 __all__ = [
     'UNIFORM_RTOL',
@@ -58,7 +58,7 @@ class DataError(InputError):
 
 
 def _error(source: str | None, key: str, message: str) -> DataError:
-    return DataError(f'{source}: {key}: {message}' if source else f'{key}: {message}')
+    return DataError(located(source, key, message))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pinocchio as pin
 
-from sysid_ros.core.types import PRISMATIC, Params, RobotModel
+from sysid_ros.core.model.types import PRISMATIC, Params, RobotModel
 from sysid_ros.io.errors import InputError
 
 

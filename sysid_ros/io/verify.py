@@ -9,8 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pinocchio as pin
 
-from sysid_ros.core import dynamics, kinematics
-from sysid_ros.core.types import Params, RobotModel
+from sysid_ros.core.dynamics import rigid_body
+from sysid_ros.core.dynamics import kinematics
+from sysid_ros.core.model.types import Params, RobotModel
 from sysid_ros.io import model_io
 
 TOLERANCE = 1e-9
@@ -41,10 +42,10 @@ def _jax_functions(model: RobotModel):
     """Batched, jitted JAX quantities over states (S, nv) for one parameter set."""
     def one(params, q, qd, qdd, tau):
         R, p = kinematics.forward_kinematics(model, params, q)
-        return dict(fk_R=R, fk_p=p, rnea=dynamics.rnea(model, params, q, qd, qdd),
-                    aba=dynamics.aba(model, params, q, qd, tau),
-                    crba=dynamics.crba(model, params, q),
-                    regressor=dynamics.regressor(model, params, q, qd, qdd))
+        return dict(fk_R=R, fk_p=p, rnea=rigid_body.rnea(model, params, q, qd, qdd),
+                    aba=rigid_body.aba(model, params, q, qd, tau),
+                    crba=rigid_body.crba(model, params, q),
+                    regressor=rigid_body.regressor(model, params, q, qd, qdd))
     return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0, 0)))
 
 

@@ -192,7 +192,7 @@ class Estimator(Node):
 
     def _read_config(self) -> config_io.Config:
         """The configuration from `config` and the params-file keys (those override)."""
-        flat = {f'{section}.{name}': p.value for section in config_io._SECTIONS
+        flat = {f'{section}.{name}': p.value for section in config_io.SECTIONS
                 for name, p in self.get_parameters_by_prefix(section).items()}
         path = self._param('config', '') or None
         if path is None and not flat:
@@ -311,8 +311,7 @@ class Estimator(Node):
                 if window is None or self._stop.is_set():
                     continue
                 result = self.session.update(window)
-                predicted = self.session.predict(window)
-                self._publish(result, window, predicted)
+                self._publish(result, window, result.predicted)
         except Exception as exc:                 # report, keep the node (and its files) alive
             if not self._stop.is_set():
                 self.get_logger().error(f'estimator worker stopped: {exc!r}')

@@ -18,7 +18,7 @@ excitation of `pipeline.simulate`), and publishes what a driver would:
     every configured parameter (names as in the configuration), the payload and the seed;
     the estimator is not told, the demo reads it to score the estimate.
 
-Ground truth (`ground_truth`): the configuration's nominal model, perturbed with the seed:
+Ground truth (`core.model.edits.perturb_params`): the configuration's nominal model, perturbed with the seed:
 each link's inertial 10-vector is scaled by a factor drawn uniformly from [1 - p, 1 + p]
 (p = `perturbation`; mass, first moment and inertia together, so the centre of mass stays and
 the body stays physically consistent) and each joint's viscous damping becomes
@@ -28,7 +28,7 @@ keeps the inertia about the centre of mass), so that the estimator's model class
 the truth; `perturb_unidentified:=true` keeps the whole perturbation instead (unmodelled
 dynamics, e.g. to test robustness).
 
-Payload (`add_point_mass`): a point mass `payload_mass` [kg] at `payload_position` (in the
+Payload (`core.model.edits.add_point_mass`): a point mass `payload_mass` [kg] at `payload_position` (in the
 frame of `payload_link`; default: that link's centre of mass) is added at `payload_time` [s
 after start] if >= 0, or on the `~/pick_up_payload` service (std_srvs/Trigger);
 `~/drop_payload` removes it. The simulation goes on without a jump.
@@ -46,7 +46,6 @@ This node is the simulated hardware: it calls the core's integrator but holds no
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import pathlib
@@ -56,7 +55,6 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 import jax
-import jax.numpy as jnp
 import numpy as np
 from rcl_interfaces.msg import ParameterDescriptor
 import rclpy
@@ -68,14 +66,14 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 
-from sysid_ros.core import inertia, integrators, kinematics
-from sysid_ros.core.types import Params
+from sysid_ros.core.model import edits, inertia
+from sysid_ros.core.dynamics import integrators
+from sysid_ros.core.dynamics import kinematics
 from sysid_ros.io import pipeline
 from sysid_ros.io.errors import InputError
 from sysid_ros.ros import messages
 
-__all__ = ['MAX_TICK_RATE', 'MAX_LAG', 'ground_truth', 'add_point_mass', 'make_advance_fn',
-           'make_pose_fn', 'SimRobot', 'main']
+__all__ = ['MAX_TICK_RATE', 'MAX_LAG', 'SimRobot', 'main']
 
 DEFAULT_CONFIG = 'double_pendulum.yaml'
 # Highest timer rate [Hz]; faster publishing sends several messages per tick.
@@ -83,64 +81,6 @@ MAX_TICK_RATE = 100.0
 # Late ticks are run at once while the simulation is at most this far behind the clock [s];
 # more lost time is skipped (a gap in the stamps).
 MAX_LAG = 0.5
-
-
-def ground_truth(params: Params, seed: int, perturbation: float = 0.2,
-                 true_damping: float = 0.1) -> Params:
-    """The documented, seeded perturbation of the nominal parameters (see the module doc).
-
-    Args:
-      params: nominal parameters (nb bodies).
-      seed: seed of the draws (the node uses its `seed` parameter).
-      perturbation: relative half-width p of the scale factors, in [0, 1).
-      true_damping: scale of the damping added to the nominal one [N m s/rad].
-
-    Returns:
-      Params with scaled inertials and perturbed damping.
-    """
-    rng = np.random.default_rng([int(seed), 7])
-    nb = params.inertial.shape[0]
-    scale = rng.uniform(1.0 - perturbation, 1.0 + perturbation, size=nb)
-    factor = rng.uniform(1.0 - perturbation, 1.0 + perturbation, size=nb)
-    extra = true_damping * rng.uniform(0.5, 1.5, size=nb)
-    damping = np.asarray(params.damping) * factor + extra
-    return dataclasses.replace(
-        params,
-        inertial=params.inertial * jnp.asarray(scale, params.inertial.dtype)[:, None],
-        damping=jnp.asarray(damping, params.damping.dtype))
-
-
-def add_point_mass(params: Params, body: int, mass: float, position) -> Params:
-    """Params with a point mass `mass` [kg] rigidly attached to `body` at `position` (3,) [m]
-    in the body frame (inertial vectors add; Featherstone RBDA eq. 2.63 for its inertia)."""
-    point = inertia.inertial_from_physical(mass, jnp.asarray(position, float),
-                                           jnp.zeros((3, 3)))
-    return dataclasses.replace(
-        params, inertial=params.inertial.at[body].add(point.astype(params.inertial.dtype)))
-
-
-def make_advance_fn(model, dt: float, steps: int, integrator: str, actuator: str):
-    """Jitted `advance(params, x, controls) -> states`: integrate (B * steps, nv) held controls
-    from x (2 nv,) with step dt [s]; return the (B, 2 nv) states every `steps` steps.
-
-    The model and the static settings are closed over, so a call only passes arrays (each
-    call costs the dispatch of one compiled program, not a retrace or a hash of the model).
-    """
-    def advance(params, x, controls):
-        states = integrators.rollout(model, params, x, controls, dt, integrator=integrator,
-                                     actuator=actuator)
-        return states[steps::steps]
-
-    return jax.jit(advance)
-
-
-def make_pose_fn(model, body: int):
-    """Jitted `poses(params, q) -> (R (B, 3, 3), p (B, 3))` of `body` at (B, nv) positions."""
-    def poses(params, q):
-        rots, origins = jax.vmap(lambda qi: kinematics.forward_kinematics(model, params, qi))(q)
-        return rots[:, body], origins[:, body]
-
-    return jax.jit(poses)
 
 
 def _default_config() -> str:
@@ -205,7 +145,7 @@ class SimRobot(Node):
         self._actuator = problem.config.model.actuator
 
         # Ground truth and payload.
-        perturbed = ground_truth(problem.base_params, p['seed'], p['perturbation'],
+        perturbed = edits.perturb_params(problem.base_params, p['seed'], p['perturbation'],
                                  p['true_damping'])
         if p['perturb_unidentified']:
             self._nominal = perturbed
@@ -228,7 +168,7 @@ class SimRobot(Node):
         self._payload_mass = p['payload_mass']
         # Both ground truths (and their published values) are computed before the timer
         # starts: eager JAX ops compile on first use, which would stall the simulation.
-        self._with_payload = add_point_mass(self._nominal, self._payload_body,
+        self._with_payload = edits.add_point_mass(self._nominal, self._payload_body,
                                             self._payload_mass, self._payload_position)
         spec = problem.spec
         self._truth_table = {
@@ -390,11 +330,11 @@ class SimRobot(Node):
     def _warm_up(self) -> float:
         """Compile the step (and the pose) functions once before the timer starts."""
         begin = time.monotonic()
-        self._advance = make_advance_fn(self._model, self._dt, self._steps, self._integrator,
+        self._advance = integrators.make_advance_fn(self._model, self._dt, self._steps, self._integrator,
                                         self._actuator)
         states = self._advance(self._nominal, self._x0, self._controls(0)[:-1])
         if self._mocap_body is not None:
-            self._poses = make_pose_fn(self._model, self._mocap_body)
+            self._poses = kinematics.make_pose_fn(self._model, self._mocap_body)
             self._poses(self._nominal, states[:, :self._nv])
         jax.block_until_ready(states)
         return time.monotonic() - begin

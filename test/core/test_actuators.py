@@ -14,7 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sysid_ros.core import actuators, builders, dynamics, integrators, kinematics
+from sysid_ros.core.dynamics import actuators
+from sysid_ros.core.model import builders
+from sysid_ros.core.dynamics import rigid_body
+from sysid_ros.core.dynamics import integrators
+from sysid_ros.core.dynamics import kinematics
 
 NAMES = tuple(sorted(actuators.ACTUATORS))
 PASSIVE = tuple(sorted(actuators.PASSIVE))
@@ -25,7 +29,7 @@ NUM_STEPS = 500  # 1 s of free motion: every joint velocity changes sign at leas
 def mechanical_energy(model, params, x):
     """Kinetic 0.5 qd^T M(q) qd (armature included) plus gravity potential -sum_i m_i g.c_i."""
     q, qd = x[:model.nv], x[model.nv:]
-    kinetic = 0.5 * qd @ dynamics.crba(model, params, q) @ qd
+    kinetic = 0.5 * qd @ rigid_body.crba(model, params, q) @ qd
     R, p = kinematics.forward_kinematics(model, params, q)
     mass, first_moment = params.inertial[:, 0], params.inertial[:, 1:4]
     # m_i c_i in the world frame = m_i p_i + R_i (m_i c_i in the body frame).

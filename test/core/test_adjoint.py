@@ -8,7 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sysid_ros.core import adjoint, constraints, variational
+from sysid_ros.core.constrained import adjoint
+from sysid_ros.core.constrained import constraints
+from sysid_ros.core.dynamics import variational
 
 DT = 0.02
 STEPS = 40

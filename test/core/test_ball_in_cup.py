@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sysid_ros.core import ball_in_cup as bic
+from sysid_ros.core.constrained import ball_in_cup as bic
 
 DT = 0.01
 SAMPLES = 600

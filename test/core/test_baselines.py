@@ -23,8 +23,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sysid_ros.core import baselines, builders, csvgd, integrators, parameters, svgd
-from sysid_ros.core import likelihood as lik
+from sysid_ros.core.inference.particles import sobol_particles
+from sysid_ros.core.inference import samplers
+from sysid_ros.core.model import builders
+from sysid_ros.core.inference import csvgd
+from sysid_ros.core.dynamics import integrators
+from sysid_ros.core.model import parameters
+from sysid_ros.core.inference import svgd
+from sysid_ros.core.likelihoods import likelihood as lik
 
 MODEL, NOMINAL = builders.double_pendulum()
 SPEC = parameters.make_parameter_spec(MODEL, {'link2.mass': (0.5, 3.5),
@@ -83,7 +89,7 @@ KEY = jax.random.key(0)
 
 def _start(num, seed=0):
     """(num, 2) initial positions in z: scrambled Sobol points in the bounds (seed §1.1)."""
-    return SPEC.to_unconstrained(jnp.asarray(csvgd.sobol_particles(SPEC, num, seed=seed)))
+    return SPEC.to_unconstrained(jnp.asarray(sobol_particles(SPEC, num, seed=seed)))
 
 
 def _run(estimator, state, target, num_steps):
@@ -124,15 +130,15 @@ def _assert_gaussian(theta, label):
 
 
 NUM_CHAINS = 32
-SGLD = baselines.make_sgld(LOG_PROB, 0.01, NUM_CHAINS)
-NUTS = baselines.make_nuts(LOG_PROB, 0.1, jnp.ones(2), 8)
-EMCEE = baselines.make_emcee(LOG_PROB, 16)
-CEM = baselines.make_cem(LOG_PROB, 128, 24, 3)
+SGLD = samplers.make_sgld(LOG_PROB, 0.01, NUM_CHAINS)
+NUTS = samplers.make_nuts(LOG_PROB, 0.1, jnp.ones(2), 8)
+EMCEE = samplers.make_emcee(LOG_PROB, 16)
+CEM = samplers.make_cem(LOG_PROB, 128, 24, 3)
 
 
 def test_public_names():
-    for name in baselines.__all__:
-        assert getattr(baselines, name) is not None
+    for name in samplers.__all__:
+        assert getattr(samplers, name) is not None
 
 
 # ------------------------------------------------------------------------------------------
@@ -167,7 +173,7 @@ def test_nuts_recovers_gaussian_posterior():
 
 @pytest.mark.slow
 def test_nuts_after_window_adaptation_recovers_gaussian_posterior():
-    warm = baselines.nuts_warmup(KEY, LOG_PROB, _start(8), 200, GAUSSIAN)
+    warm = samplers.nuts_warmup(KEY, LOG_PROB, _start(8), 200, GAUSSIAN)
     assert warm.particles.shape == (8, 2) and warm.chain_step_size.shape == (8,)
     assert warm.inverse_mass_matrix.shape == (2,)
     assert 0.05 < float(warm.step_size) < 5.0
@@ -299,13 +305,13 @@ def test_nonfinite_chains_are_restarted_and_counted():
 
 
 @pytest.mark.parametrize('build, message', [
-    (lambda: baselines.make_sgld(LOG_PROB, 0.0, 4), 'step_size'),
-    (lambda: baselines.make_sgld(LOG_PROB, 0.1, 0), 'num_chains'),
-    (lambda: baselines.make_nuts(LOG_PROB, 0.1, jnp.ones((2, 3)), 4), 'inverse_mass_matrix'),
-    (lambda: baselines.make_emcee(LOG_PROB, 1), 'num_walkers'),
-    (lambda: baselines.make_cem(LOG_PROB, 8, 16), 'num_elites'),
-    (lambda: baselines.make_cem(LOG_PROB, 16, 2, 3), 'num_elites'),
-    (lambda: baselines.make_cem(LOG_PROB, 16, 4, smoothing=0.0), 'smoothing'),
+    (lambda: samplers.make_sgld(LOG_PROB, 0.0, 4), 'step_size'),
+    (lambda: samplers.make_sgld(LOG_PROB, 0.1, 0), 'num_chains'),
+    (lambda: samplers.make_nuts(LOG_PROB, 0.1, jnp.ones((2, 3)), 4), 'inverse_mass_matrix'),
+    (lambda: samplers.make_emcee(LOG_PROB, 1), 'num_walkers'),
+    (lambda: samplers.make_cem(LOG_PROB, 8, 16), 'num_elites'),
+    (lambda: samplers.make_cem(LOG_PROB, 16, 2, 3), 'num_elites'),
+    (lambda: samplers.make_cem(LOG_PROB, 16, 4, smoothing=0.0), 'smoothing'),
 ])
 def test_bad_settings_are_rejected_by_the_factories(build, message):
     with pytest.raises(ValueError, match=message):
@@ -318,9 +324,9 @@ def test_bad_initial_positions_are_rejected_before_compiling():
     with pytest.raises(ValueError, match='NaN'):
         NUTS.init(KEY, np.full((8, 2), np.nan))
     with pytest.raises(ValueError, match='does not fit'):
-        baselines.make_nuts(LOG_PROB, 0.1, jnp.ones(3), 8).init(KEY, _start(8))
+        samplers.make_nuts(LOG_PROB, 0.1, jnp.ones(3), 8).init(KEY, _start(8))
     with pytest.raises(ValueError, match='>= 2 D'):
-        baselines.make_emcee(LOG_PROB, 3).init(KEY, np.random.default_rng(0).normal(
+        samplers.make_emcee(LOG_PROB, 3).init(KEY, np.random.default_rng(0).normal(
             size=(3, 2)))
     with pytest.raises(ValueError, match='linearly independent'):
         EMCEE.init(KEY, np.ones((16, 2)))
@@ -380,26 +386,26 @@ def _run_pendulum(estimator, state, data, num_steps):
 @pytest.mark.parametrize('method', ['sgld', 'nuts', 'emcee', 'cem'])
 def test_each_method_moves_towards_the_true_pendulum_parameters(pendulum, method):
     spec, data = pendulum.spec, pendulum.data
-    log_prob = baselines.make_shooting_log_prob(pendulum.likelihood, spec,
+    log_prob = samplers.make_shooting_log_prob(pendulum.likelihood, spec,
                                                 base_params=pendulum.base)
     num = 64 if method == 'cem' else 16
-    theta0 = csvgd.sobol_particles(spec, num, seed=1)
-    z0 = baselines.shooting_positions(pendulum.likelihood, spec, theta0, data)
+    theta0 = sobol_particles(spec, num, seed=1)
+    z0 = samplers.shooting_positions(pendulum.likelihood, spec, theta0, data)
     assert z0.shape == (num, 2)
     if method == 'emcee':
-        estimator = baselines.make_emcee(log_prob, num)
+        estimator = samplers.make_emcee(log_prob, num)
         state = estimator.init(KEY, z0)
         for _ in range(300):
             state, info = estimator.step(state, data)
     else:
         if method == 'sgld':
             # Stable for the posterior's narrowest direction (std about 5e-3 in z).
-            estimator, num_steps = baselines.make_sgld(log_prob, 2e-5, num), 400
+            estimator, num_steps = samplers.make_sgld(log_prob, 2e-5, num), 400
         elif method == 'nuts':
-            estimator, num_steps = baselines.make_nuts(log_prob, 0.02, jnp.full(2, 0.01),
+            estimator, num_steps = samplers.make_nuts(log_prob, 0.02, jnp.full(2, 0.01),
                                                        num), 60
         else:
-            estimator, num_steps = baselines.make_cem(log_prob, num, 12, 3), 30
+            estimator, num_steps = samplers.make_cem(log_prob, num, 12, 3), 30
         state = jax.jit(_run_pendulum, static_argnums=(0, 3))(
             estimator, estimator.init(KEY, z0), data, num_steps)
     theta = np.asarray(spec.from_unconstrained(jnp.asarray(state.particles)))
@@ -418,10 +424,10 @@ def test_multiple_shooting_log_prob_adds_the_defect_likelihood(pendulum):
     likelihood = lik.make_shooting_likelihood(pendulum.likelihood.model, 0.01, num_windows=4,
                                               combine='product')
     theta = np.stack([PENDULUM_TRUE, [1.5, 0.3]])
-    x = baselines.shooting_positions(likelihood, spec, theta, pendulum.data)
+    x = samplers.shooting_positions(likelihood, spec, theta, pendulum.data)
     assert x.shape == (2, 2 + 3 * 4)                   # z and 3 shooting states of 4 dims
     _, shooting = csvgd.split_particles(spec, likelihood, x, pendulum.data)
-    log_prob = baselines.make_shooting_log_prob(likelihood, spec, base_params=pendulum.base,
+    log_prob = samplers.make_shooting_log_prob(likelihood, spec, base_params=pendulum.base,
                                                 defect_std=0.1)
     values = jax.jit(jax.vmap(log_prob, in_axes=(0, None)))(x, pendulum.data)
     for i in range(2):

@@ -8,7 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sysid_ros.core import constraints, kinematics, variational
+from sysid_ros.core.constrained import constraints
+from sysid_ros.core.dynamics import kinematics
+from sysid_ros.core.dynamics import variational
 
 
 @pytest.fixture(scope='module')

@@ -22,9 +22,11 @@ import optax
 import pytest
 
 import csvgd_problems as dp
-from sysid_ros.core import csvgd, svgd
-from sysid_ros.core import likelihood as lk
-from sysid_ros.core.csvgd import CSVGDInfo, CSVGDState
+from sysid_ros.core.inference.particles import sobol_particles
+from sysid_ros.core.inference import csvgd
+from sysid_ros.core.inference import svgd
+from sysid_ros.core.likelihoods import likelihood as lk
+from sysid_ros.core.inference.csvgd import CSVGDInfo, CSVGDState
 
 T, W, P = 40, 4, 8
 TRUE_LENGTHS = (1.5, 2.0)
@@ -37,7 +39,7 @@ SETTING = lk.make_shooting_likelihood(dp.MODEL, dp.DT, W, 'sum', integrator=dp.I
 ESTIMATOR = csvgd.make_csvgd(SETTING, dp.SPEC, optax.adam(5e-2),
                              params_fn=dp.make_params_fn(POISON_BELOW), mesh=None)
 STEP = jax.jit(ESTIMATOR.step)
-THETA0 = csvgd.sobol_particles(dp.SPEC, P, seed=1)
+THETA0 = sobol_particles(dp.SPEC, P, seed=1)
 
 
 def _data(lengths=TRUE_LENGTHS):
@@ -65,13 +67,13 @@ def test_all_names_import():
 
 def test_sobol_particles_are_seeded_scrambled_sobol_points_in_the_bounds():
     from scipy.stats import qmc
-    theta = csvgd.sobol_particles(dp.SPEC, 16, seed=3)
+    theta = sobol_particles(dp.SPEC, 16, seed=3)
     expected = qmc.scale(qmc.Sobol(2, scramble=True, seed=3).random(16),
                          dp.SPEC.lower_bounds, dp.SPEC.upper_bounds)
     np.testing.assert_array_equal(theta, expected)
     assert np.all(dp.SPEC.within_bounds(theta))
-    assert not np.array_equal(theta, csvgd.sobol_particles(dp.SPEC, 16, seed=4))
-    assert csvgd.sobol_particles(dp.SPEC, 5).shape == (5, 2)     # no power of two: fine
+    assert not np.array_equal(theta, sobol_particles(dp.SPEC, 16, seed=4))
+    assert sobol_particles(dp.SPEC, 5).shape == (5, 2)     # no power of two: fine
 
 
 def test_state_and_info_shapes():
@@ -145,8 +147,8 @@ def test_diverging_particles_are_reseeded_without_poisoning_the_others():
 
 def test_bad_input_fails_before_compilation():
     data = _data()
-    with pytest.raises(ValueError, match='num_particles'):
-        csvgd.sobol_particles(dp.SPEC, 0)
+    with pytest.raises(ValueError, match='particles'):
+        sobol_particles(dp.SPEC, 0)
     with pytest.raises(ValueError, match='at least one particle'):
         ESTIMATOR.init(jax.random.key(0), np.zeros((0, 2)), data)
     with pytest.raises(ValueError, match=r'\(P, 2\)'):
@@ -169,7 +171,8 @@ _SHARDED_SCRIPT = textwrap.dedent('''
     sys.path.insert(0, {test_dir!r})
     import test_csvgd as t
     from test_csvgd import _gaussian, _svgd_run
-    from sysid_ros.core import csvgd, svgd
+    from sysid_ros.core.inference import csvgd
+    from sysid_ros.core.inference import svgd
     import optax
     assert jax.device_count() == 2, jax.devices()
     estimator = csvgd.make_csvgd(t.SETTING, t.dp.SPEC, optax.adam(5e-2),

@@ -25,8 +25,9 @@ import optax
 import pytest
 
 import csvgd_problems as dp
-from sysid_ros.core import csvgd
-from sysid_ros.core import likelihood as lk
+from sysid_ros.core.inference.particles import sobol_particles
+from sysid_ros.core.inference import csvgd
+from sysid_ros.core.likelihoods import likelihood as lk
 
 TRUTHS = np.array([[1.5, 2.0], [3.0, 1.0]])
 NOISE = 0.05
@@ -50,7 +51,7 @@ def run_experiment(combine: str, num_steps: int, num_windows: int, num_particles
                                  params_fn=dp.make_params_fn())
     step = jax.jit(estimator.step)
     state = estimator.init(jax.random.key(seed),
-                           csvgd.sobol_particles(dp.SPEC, num_particles, seed=seed), data)
+                           sobol_particles(dp.SPEC, num_particles, seed=seed), data)
     start = time.perf_counter()
     state, info = step(state, data)
     jax.block_until_ready(state)

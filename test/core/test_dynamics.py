@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from sysid_ros.core import builders, dynamics, kinematics
+from sysid_ros.core.model import builders
+from sysid_ros.core.dynamics import rigid_body
+from sysid_ros.core.dynamics import kinematics
 from sysid_ros.io import model_io, verify
 
 BUILT = {
@@ -44,9 +46,9 @@ def test_single_pendulum_analytic():
     """A rod of length l about a horizontal axis: qdd = -(3 g / 2 l) sin q for I = m l^2 / 3."""
     model, params = builders.chain(1, lengths=0.8, masses=2.0, radius=0.0)
     q, qd = jnp.array([0.3]), jnp.array([0.0])
-    qdd = dynamics.aba(model, params, q, qd, jnp.zeros(1))
+    qdd = rigid_body.aba(model, params, q, qd, jnp.zeros(1))
     np.testing.assert_allclose(qdd, -1.5 * 9.81 / 0.8 * np.sin(0.3), rtol=1e-12)
-    M = dynamics.crba(model, params, q)
+    M = rigid_body.crba(model, params, q)
     np.testing.assert_allclose(M, [[2.0 * 0.8**2 / 3.0]], rtol=1e-12)
 
 
@@ -54,10 +56,10 @@ def test_aba_inverts_rnea_and_mass_matrix():
     model, params = _with_armature(*BUILT['chain5'])
     rng = np.random.default_rng(1)
     q, qd, qdd = (jnp.asarray(rng.normal(size=model.nv)) for _ in range(3))
-    tau = dynamics.rnea(model, params, q, qd, qdd)
-    np.testing.assert_allclose(dynamics.aba(model, params, q, qd, tau), qdd, atol=1e-10)
-    M = dynamics.crba(model, params, q)
-    bias = dynamics.bias_forces(model, params, q, qd)
+    tau = rigid_body.rnea(model, params, q, qd, qdd)
+    np.testing.assert_allclose(rigid_body.aba(model, params, q, qd, tau), qdd, atol=1e-10)
+    M = rigid_body.crba(model, params, q)
+    bias = rigid_body.bias_forces(model, params, q, qd)
     np.testing.assert_allclose(M @ qdd + bias, tau, atol=1e-10)
     assert np.all(np.linalg.eigvalsh(M) > 0)
 
@@ -66,10 +68,10 @@ def test_regressor_times_parameters_is_rnea():
     model, params = BUILT['furuta_pendulum']
     rng = np.random.default_rng(2)
     q, qd, qdd = (jnp.asarray(rng.normal(size=model.nv)) for _ in range(3))
-    Y = dynamics.regressor(model, params, q, qd, qdd)
+    Y = rigid_body.regressor(model, params, q, qd, qdd)
     assert Y.shape == (model.nv, 10 * model.nv)
     np.testing.assert_allclose(Y @ params.inertial.ravel(),
-                               dynamics.rnea(model, params, q, qd, qdd), atol=1e-12)
+                               rigid_body.rnea(model, params, q, qd, qdd), atol=1e-12)
 
 
 def test_gradients_match_finite_differences():
@@ -79,7 +81,7 @@ def test_gradients_match_finite_differences():
     q, qd, tau = (jnp.asarray(rng.normal(size=model.nv)) for _ in range(3))
 
     def f(params, q, qd, tau):
-        return dynamics.aba(model, params, q, qd, tau)
+        return rigid_body.aba(model, params, q, qd, tau)
 
     check_grads(f, (params, q, qd, tau), order=1, modes=('fwd', 'rev'), eps=1e-6,
                 atol=1e-6, rtol=1e-6)
@@ -96,7 +98,7 @@ def test_vmap_over_particles_and_time():
         inertial=params.inertial[None] * scale[:, None, None])
     rng = np.random.default_rng(4)
     q, qd, tau = (jnp.asarray(rng.normal(size=(num_steps, model.nv))) for _ in range(3))
-    over_time = jax.vmap(lambda p, q, qd, t: dynamics.aba(model, p, q, qd, t),
+    over_time = jax.vmap(lambda p, q, qd, t: rigid_body.aba(model, p, q, qd, t),
                          in_axes=(None, 0, 0, 0))
     batched = jax.jit(jax.vmap(over_time, in_axes=(0, None, None, None)))(particles, q, qd, tau)
     assert batched.shape == (num_particles, num_steps, model.nv)

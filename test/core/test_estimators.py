@@ -21,8 +21,15 @@ import numpy as np
 import optax
 import pytest
 
-from sysid_ros.core import builders, dynamics, estimators, integrators, losses, parameters
-from sysid_ros.core.estimators import EstimatorState, NEAInfo, StepInfo
+from sysid_ros.core.model import builders
+from sysid_ros.core.dynamics import rigid_body
+from sysid_ros.core.inference import point_estimators
+from sysid_ros.core.dynamics import integrators
+from sysid_ros.core.likelihoods import losses
+from sysid_ros.core.model import parameters
+from sysid_ros.core.inference.base import Kernel
+from sysid_ros.core.inference.particles import initial_particles
+from sysid_ros.core.inference.point_estimators import DiffNEAInfo, EstimatorState, NEAInfo
 
 DT = 0.005                  # 200 Hz
 DURATION = 8.0              # [s]
@@ -48,7 +55,7 @@ IDENTIFIABLE = {'link1.mass': 0.02, 'link2.mass': 0.02, 'link1.inertia.iyy': 0.0
 COM_TOLERANCE = 2e-3        # [m]
 
 _rollout = jax.jit(integrators.rollout, static_argnames=('integrator', 'actuator', 'substeps'))
-_regressor_data = jax.jit(estimators.make_regressor_data, static_argnums=0)
+_regressor_data = jax.jit(point_estimators.make_regressor_data, static_argnums=0)
 
 
 def _truth():
@@ -142,7 +149,7 @@ def diffnea_run(measured):
     segments = losses.make_segments([q], [qd], [tau], HORIZON)
     loss_fn = losses.make_loss_fn(MODEL, 'rollout', DT, integrator=INTEGRATOR)
     optimizer = optax.adam(optax.cosine_decay_schedule(0.05, ITERATIONS, alpha=0.01))
-    est = estimators.make_diffnea(MODEL, NOMINAL, SPEC, loss_fn, optimizer)
+    est = point_estimators.make_diffnea(NOMINAL, SPEC, loss_fn, optimizer)
     step = jax.jit(est.step)
     state = est.init(jax.random.PRNGKey(0), jnp.asarray(THETA_GUESS))
     states, infos = [state], []
@@ -169,9 +176,9 @@ def test_diffnea_recovers_double_pendulum(diffnea_run):
 
 def test_diffnea_state_and_info_types(diffnea_run):
     est, _, _, states, infos = diffnea_run
-    assert isinstance(est, estimators.Estimator)
+    assert isinstance(est, Kernel)
     assert isinstance(states[0], EstimatorState)
-    assert isinstance(infos[0], StepInfo)
+    assert isinstance(infos[0], DiffNEAInfo)
     assert infos[0].loss.shape == (1,) and infos[0].grad_norm.shape == (1,)
     # The non-inertia entries stay within their bounds on every iterate.
     plain = ~_block()
@@ -204,21 +211,22 @@ def test_diffnea_particles_forward_mode_and_init_forms():
     loss_fn = losses.make_loss_fn(model, 'one_step', 0.01, integrator=INTEGRATOR)
     grads = {}
     for mode in ('reverse', 'forward'):
-        est = estimators.make_diffnea(model, params, spec, loss_fn, optax.sgd(0.0),
-                                      num_particles=4, grad_mode=mode)
-        state = jax.jit(est.init)(jax.random.PRNGKey(1))
+        est = point_estimators.make_diffnea(params, spec, loss_fn, optax.sgd(0.0),
+                                            grad_mode=mode)
+        state = jax.jit(est.init)(None, initial_particles(spec, params, 4, seed=1))
         assert state.theta.shape == (4, 2)
         np.testing.assert_allclose(state.theta[0], spec.from_params(params), rtol=1e-12)
         assert np.all(np.asarray(spec.within_bounds(state.theta)))
         _, info = jax.jit(est.step)(state, seg)
         grads[mode] = np.asarray(info.grad_norm)
     np.testing.assert_allclose(grads['forward'], grads['reverse'], rtol=1e-8)
-    est = estimators.make_diffnea(model, params, spec, loss_fn, optax.sgd(0.1))
+    est = point_estimators.make_diffnea(params, spec, loss_fn, optax.sgd(0.1))
     init = jax.jit(est.init)
     assert init(None, jnp.ones((3, 2)) * 0.5).theta.shape == (3, 2)
-    np.testing.assert_allclose(init(None, params).theta[0], spec.from_params(params))
+    np.testing.assert_allclose(init(None, spec.from_params(params)).theta[0],
+                               spec.from_params(params))
     with pytest.raises(ValueError, match='grad_mode'):
-        estimators.make_diffnea(model, params, spec, loss_fn, optax.sgd(0.1), grad_mode='x')
+        point_estimators.make_diffnea(params, spec, loss_fn, optax.sgd(0.1), grad_mode='x')
 
 
 # ------------------------------------------------------------------------------------------
@@ -238,10 +246,12 @@ def _regression_samples(q, qd, tau, dt, edge=5):
 
 
 def _nea_fit(model, base, spec, q, qd, qdd, tau, theta0, steps=10):
-    est = estimators.make_nea(model, base, spec)
+    est = point_estimators.make_nea(model, base, spec)
     data = _regressor_data(model, base, q, qd, qdd, tau)
     step = jax.jit(est.step)
-    state = jax.jit(est.init)(None, None if theta0 is None else jnp.asarray(theta0))
+    if theta0 is None:
+        theta0 = spec.initial_theta(base)
+    state = jax.jit(est.init)(None, jnp.asarray(theta0))
     infos = []
     for _ in range(steps):
         state, info = step(state, data)
@@ -275,7 +285,7 @@ def test_nea_projection_of_an_inconsistent_raw_solution():
     q, qd, qdd = (rng.normal(size=(200, 2)) for _ in range(3))
     heavy = np.asarray(spec.from_params(NOMINAL)) * np.array([1.2, 1.0])      # iyy + 20 %
     truth = spec.to_params(jnp.asarray(heavy), NOMINAL)
-    tau = jax.vmap(lambda a, b, c: dynamics.rnea(MODEL, truth, a, b, c))(q, qd, qdd)
+    tau = jax.vmap(lambda a, b, c: rigid_body.rnea(MODEL, truth, a, b, c))(q, qd, qdd)
     state, infos = _nea_fit(MODEL, NOMINAL, spec, q, qd, qdd, tau, None, steps=2)
     raw, projected = np.asarray(state.z[0]), np.asarray(state.theta[0])
     np.testing.assert_allclose(raw, heavy, rtol=1e-8)             # exact LS on clean data
@@ -292,7 +302,7 @@ def test_project_consistent_handles_bounds_blocks_and_anchor():
     raw[SPEC.index('link1.mass')] = 9.0                            # above its bound
     raw[SPEC.index('link2.inertia.iyy')] = 0.2                     # breaks the triangle
     raw[SPEC.index('joint1.damping')] = -0.3                       # below its bound
-    project = jax.jit(lambda t, a: estimators.project_consistent(SPEC, NOMINAL, t, a))
+    project = jax.jit(lambda t, a: point_estimators.project_consistent(SPEC, NOMINAL, t, a))
     out = np.asarray(project(jnp.asarray(raw), jnp.asarray(THETA_TRUE)))
     assert out[SPEC.index('link1.mass')] == 5.0
     assert out[SPEC.index('joint1.damping')] == 0.0
@@ -324,19 +334,19 @@ def test_consistent_ls_fixes_an_inconsistent_nea_solution():
     truth = spec.to_params(jnp.asarray(truth_theta), NOMINAL)
     rng = np.random.default_rng(0)
     q, qd, qdd = (rng.normal(size=(200, 2)) for _ in range(3))
-    tau = jax.vmap(lambda a, b, c: dynamics.rnea(MODEL, truth, a, b, c))(q, qd, qdd)
+    tau = jax.vmap(lambda a, b, c: rigid_body.rnea(MODEL, truth, a, b, c))(q, qd, qdd)
     tau = np.asarray(tau + truth.damping * qd) + 0.01 * rng.normal(size=tau.shape)
     state, infos = _nea_fit(MODEL, NOMINAL, spec, q, qd, qdd, tau, None)
     assert not bool(infos[-1].raw_consistent[0])
 
     data = _regressor_data(MODEL, NOMINAL, q, qd, qdd, tau)
-    residual = estimators._theta_residual(MODEL, NOMINAL, spec, 'viscous')
+    residual = point_estimators._theta_residual(MODEL, NOMINAL, spec, 'viscous')
 
     def loss(theta):
         return float(jnp.mean(jnp.square(residual(jnp.asarray(theta), data))))
 
-    refine = jax.jit(estimators.make_consistent_ls(MODEL, NOMINAL, spec))
-    torques = jax.jit(jax.vmap(lambda p, a, b, c: dynamics.rnea(MODEL, p, a, b, c)
+    refine = jax.jit(point_estimators.make_consistent_ls(MODEL, NOMINAL, spec))
+    torques = jax.jit(jax.vmap(lambda p, a, b, c: rigid_body.rnea(MODEL, p, a, b, c)
                                + p.damping * b, in_axes=(None, 0, 0, 0)))
     held_out = [jnp.asarray(rng.normal(size=(100, 2))) for _ in range(3)]
     refined, refined_loss = refine(jnp.concatenate([state.theta, state.aux]), data)
@@ -360,9 +370,9 @@ def test_consistent_ls_fixes_an_inconsistent_nea_solution():
 def test_nea_rejects_kinematics_and_non_additive_actuators():
     spec = parameters.make_parameter_spec(MODEL, {'joint2.origin.z': (-2.0, 0.0)})
     with pytest.raises(ValueError, match='joint2.origin.z'):
-        estimators.make_nea(MODEL, NOMINAL, spec)
+        point_estimators.make_nea(MODEL, NOMINAL, spec)
     with pytest.raises(ValueError, match='not additive'):
-        estimators.make_nea(MODEL, NOMINAL, SPEC, actuator='ff_nn')
+        point_estimators.make_nea(MODEL, NOMINAL, SPEC, actuator='ff_nn')
 
 
 PANDA_JOINTS = tuple(f'panda_joint{i}' for i in range(1, 8))
@@ -396,7 +406,7 @@ def test_nea_recovers_panda_masses_and_damping(panda):
     q = 0.5 * (lo + hi) + np.sum(amp * np.sin(arg), 1)
     qd = np.sum(amp * w * np.cos(arg), 1)
     qdd = -np.sum(amp * w ** 2 * np.sin(arg), 1)
-    tau = jax.jit(jax.vmap(lambda a, b, c: dynamics.rnea(model, truth, a, b, c)
+    tau = jax.jit(jax.vmap(lambda a, b, c: rigid_body.rnea(model, truth, a, b, c)
                            + truth.damping * b))(q, qd, qdd)
     # Noisy sensors; accelerations from the noisy velocities.
     q_n = q + rng.normal(0, NOISE, q.shape)
@@ -421,5 +431,5 @@ def test_nea_recovers_panda_masses_and_damping(panda):
 
 
 def test_all_names_importable():
-    for name in estimators.__all__:
-        assert hasattr(estimators, name)
+    for name in point_estimators.__all__:
+        assert hasattr(point_estimators, name)

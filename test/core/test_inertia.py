@@ -9,7 +9,7 @@ from jax.test_util import check_grads
 import numpy as np
 import pytest
 
-from sysid_ros.core import inertia
+from sysid_ros.core.model import inertia
 
 jax.config.update('jax_enable_x64', True)  # also set by test/conftest.py
 

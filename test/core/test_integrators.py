@@ -9,7 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sysid_ros.core import actuators, builders, integrators
+from sysid_ros.core.dynamics import actuators
+from sysid_ros.core.model import builders
+from sysid_ros.core.dynamics import integrators
 
 G = 9.81
 LENGTH, MASS, DAMPING = 0.8, 2.0, 0.3

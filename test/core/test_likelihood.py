@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import csvgd_problems as dp
-from sysid_ros.core import likelihood as lk
+from sysid_ros.core.likelihoods import likelihood as lk
 
 T, W = 12, 3
 NOISE = np.array([0.1, 0.2, 0.3, 0.4])

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sysid_ros.core import mechanisms as mm
+from sysid_ros.core.constrained import mechanisms as mm
 
 MECH, PARAMS, Q0 = mm.four_bar(crank_angle=0.4, damping=0.3)
 Z = jnp.array([0.4])

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import spatial, special, stats
 
-from sysid_ros.core import metrics
+from sysid_ros.core.likelihoods import metrics
 
 NUM_SAMPLES = 2000
 

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import mocap_box_problem as mb
-from sysid_ros.core import integrators, observations
+from sysid_ros.core.dynamics import integrators
+from sysid_ros.core.dynamics import observations
 
 
 def test_problem_is_symmetric_and_the_replay_reproduces_the_truth():

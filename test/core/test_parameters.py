@@ -9,9 +9,10 @@ from jax.test_util import check_grads
 import numpy as np
 import pytest
 
-from sysid_ros.core import inertia, parameters
-from sysid_ros.core.parameters import make_parameter_spec
-from sysid_ros.core.types import Params, RobotModel
+from sysid_ros.core.model import inertia
+from sysid_ros.core.model import parameters
+from sysid_ros.core.model.parameters import make_parameter_spec
+from sysid_ros.core.model.types import Params, RobotModel
 
 jax.config.update('jax_enable_x64', True)  # also set by test/conftest.py
 

@@ -8,8 +8,10 @@ import numpy as np
 import optax
 import pytest
 
-from sysid_ros.core import builders, parameters, svgd
-from sysid_ros.core.svgd import SVGDInfo, SVGDState
+from sysid_ros.core.model import builders
+from sysid_ros.core.model import parameters
+from sysid_ros.core.inference import svgd
+from sysid_ros.core.inference.svgd import SVGDInfo, SVGDState
 
 MODEL, BASE = builders.double_pendulum()
 

@@ -30,9 +30,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sysid_ros.core import builders, integrators, losses, variational
+from sysid_ros.core.model import builders
+from sysid_ros.core.dynamics import integrators
+from sysid_ros.core.likelihoods import losses
+from sysid_ros.core.dynamics import variational
 from sysid_ros.io import config as config_io
-from sysid_ros.io import pipeline
+from sysid_ros.io import estimator_data, fitting, pipeline
 
 DAMPING = (0.15, 0.08)                 # [N m s/rad], the truth of the fits
 MODEL, PARAMS = builders.double_pendulum(damping=DAMPING)
@@ -207,14 +210,18 @@ def test_diffnea_with_variational_integrator_recovers_double_pendulum(double_pen
     # The gradient that the fit followed: the norm that its compiled step reports (loss and
     # gradient at the state's unconstrained z) against central differences of the loss that
     # the same step reports, at the initial guess.
-    init, step = pipeline._diffnea(problem, iterations, 1)          # the fit's, cached
-    segments = data_segments(double_pendulum_data)
-    state = init(jax.random.PRNGKey(0), jnp.asarray(theta0))
-    _, info = step(state, segments)
+    trajs = pipeline.prepare_trajectories(problem, [double_pendulum_data])
+    prepared = estimator_data.method_data(problem, trajs, 'segments')
+    est = fitting.compiled_estimator(problem, 'diffnea', prepared.target,       # the fit's
+                                     fitting.method_options(problem, iterations))
+    segments = prepared.data
+    state = est.init(jax.random.PRNGKey(0), jnp.asarray(theta0)[None], segments)
+    _, info = est.step(state, segments, None)
     eps = 1e-6
 
     def loss_at(dz):
-        return float(step(state._replace(z=state.z + dz), segments)[1].loss[0])
+        moved = state._replace(inner=state.inner._replace(z=state.inner.z + dz))
+        return float(est.step(moved, segments, None)[1].loss[0])
 
     fd = np.array([(loss_at(eps * e) - loss_at(-eps * e)) / (2 * eps)
                    for e in np.eye(problem.spec.num_params)])

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sysid_ros.core import mechanisms as mm
+from sysid_ros.core.constrained import mechanisms as mm
 from sysid_ros.graph import identification as gi
 from sysid_ros.graph.factors import (FactorLibrary, bind, custom_factor, encoder_residual,
                                      gyro_residual, key, position_residual, stacked_factor)

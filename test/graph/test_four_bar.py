@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sysid_ros.core import mechanisms as mm
+from sysid_ros.core.constrained import mechanisms as mm
 from sysid_ros.graph import smoother as sm
 
 MECH, PARAMS, Q0 = mm.four_bar()

@@ -4,7 +4,7 @@ simulated four-bar data with known truth (noisy crank encoder and coupler gyrosc
 import numpy as np
 import pytest
 
-from sysid_ros.core import mechanisms as mm
+from sysid_ros.core.constrained import mechanisms as mm
 from sysid_ros.graph import identification as gi
 
 TRUTH = dict(mass=4.0, damping=0.5)

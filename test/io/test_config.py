@@ -7,7 +7,7 @@ import pathlib
 import pytest
 import yaml
 
-from sysid_ros.core.types import RobotModel
+from sysid_ros.core.model.types import RobotModel
 from sysid_ros.io import config
 from sysid_ros.io.config import ConfigError
 

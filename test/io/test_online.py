@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sysid_ros.io import config as config_io
-from sysid_ros.io import bayes, online, pipeline
+from sysid_ros.io import online, pipeline
 from sysid_ros.io.trajectory import DataError
 from sysid_ros.io.window_buffer import Window
 
@@ -187,12 +187,11 @@ def test_sequential_prior_is_the_last_posterior_with_forgetting(problem, phases,
 
 
 def test_the_prior_is_data_windows_do_not_recompile(problem, phases, run):
-    # All windows after the first ran the one compiled step that takes the prior.
-    sp = bayes.shooting_problem(problem, [online.window_trajectory(problem, phases[0][0])])
-    dim = problem.spec.num_params + sp.likelihood.num_constraints(sp.data)
-    runner = bayes._runner(problem, sp.likelihood, 'csvgd', problem.config.estimator.particles,
-                           dim, True)
-    assert runner.step._cache_size() == 1
+    # Every window, the first included, ran the one compiled step that takes the prior.
+    session = online.OnlineSession(problem)
+    for window in phases[0][:3]:
+        session.update(window)
+    assert session.estimator.step._cache_size() == 1
 
 
 def test_forgetting_is_validated():

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from sysid_ros.io import config as config_io
-from sysid_ros.io import pipeline
+from sysid_ros.core.inference import methods
+from sysid_ros.io import estimator_data, pipeline
 from sysid_ros.io.config import ConfigError
 from sysid_ros.io.trajectory import DataError, Trajectory
 
@@ -150,7 +151,7 @@ def test_fit_nea_recovers_identifiable_parameters(problem, simulated):
     assert abs(result.mean[problem.spec.index('link2.com.x')]) < 2e-3
     assert result.consistent.all()
     assert result.info['rank'] == 7
-    assert 1 <= result.iterations <= pipeline.NEA_MAX_ITERATIONS
+    assert 1 <= result.iterations <= methods.NEA_MAX_ITERATIONS
     assert len(calls) == result.iterations and calls[-1][0] == result.iterations
     assert result.final_loss <= result.loss_history[0]
     np.testing.assert_array_equal(result.std, 0.0)
@@ -222,10 +223,10 @@ def test_trajectory_objects_without_names_are_accepted(problem, simulated):
     plain = Trajectory(t=simulated.t, q=simulated.q, qd=simulated.qd, tau=simulated.tau)
     out = pipeline.prepare_trajectories(problem, [plain])
     assert out[0].nv == 2
-    samples = pipeline.nea_samples(out[0])
-    n = out[0].num_samples - 2 * pipeline.NEA_EDGE_SAMPLES
+    samples = estimator_data.nea_samples(out[0])
+    n = out[0].num_samples - 2 * estimator_data.NEA_EDGE_SAMPLES
     assert all(v.shape == (n, 2) for v in samples.values())
-    k = pipeline.NEA_EDGE_SAMPLES
+    k = estimator_data.NEA_EDGE_SAMPLES
     np.testing.assert_allclose(samples['tau'][0], 0.5 * (plain.tau[k - 1] + plain.tau[k]))
     assert jnp.asarray(samples['qdd']).shape == (n, 2)
 

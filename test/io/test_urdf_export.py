@@ -5,7 +5,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core import builders
+from sysid_ros.core.model import builders
 from sysid_ros.io import model_io, urdf_export
 
 

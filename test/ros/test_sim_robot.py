@@ -177,8 +177,9 @@ def test_payload_time_picks_up_the_payload_in_process(ros):
 
 
 def test_ground_truth_is_a_seeded_consistent_perturbation():
-    from sysid_ros.core import builders, inertia
-    from sysid_ros.ros.sim_robot import ground_truth
+    from sysid_ros.core.model import builders
+    from sysid_ros.core.model import inertia
+    from sysid_ros.core.model.edits import perturb_params as ground_truth
     _, nominal = builders.double_pendulum()
     truth = ground_truth(nominal, seed=3, perturbation=0.2, true_damping=0.1)
     again = ground_truth(nominal, seed=3, perturbation=0.2, true_damping=0.1)
@@ -204,8 +205,8 @@ def test_ground_truth_is_a_seeded_consistent_perturbation():
 
 
 def test_add_point_mass():
-    from sysid_ros.core import builders
-    from sysid_ros.ros.sim_robot import add_point_mass
+    from sysid_ros.core.model import builders
+    from sysid_ros.core.model.edits import add_point_mass
     _, params = builders.double_pendulum()
     loaded = add_point_mass(params, 1, 0.5, [0.0, 0.0, -1.0])
     delta = np.asarray(loaded.inertial - params.inertial)

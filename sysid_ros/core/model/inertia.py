@@ -20,7 +20,7 @@ principal moments coincide; it is meant for initialisation, not inside a loss.
 import jax
 import jax.numpy as jnp
 
-from sysid_ros.core.spatial import rpy_to_matrix as _rpy_to_matrix_single
+from sysid_ros.core.model.spatial import rpy_to_matrix as _rpy_to_matrix_single
 
 __all__ = [
     'rpy_to_matrix',

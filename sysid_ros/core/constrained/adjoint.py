@@ -28,8 +28,8 @@ import jax.numpy as jnp
 import jax.scipy.linalg
 import numpy as np
 
-from sysid_ros.core import variational
-from sysid_ros.core.variational import MechanicalSystem
+from sysid_ros.core.dynamics import variational
+from sysid_ros.core.dynamics.variational import MechanicalSystem
 
 
 def _at(tree, k):
@@ -168,7 +168,7 @@ def trajectory_cost(running_cost: Callable, terminal_cost: Callable, states, tar
 
 
 def adjoint_gradient(system: MechanicalSystem, running_cost: Callable, terminal_cost: Callable,
-                     states, info: variational.StepInfo, inputs, targets, rho, dt):
+                     states, info: variational.VariationalInfo, inputs, targets, rho, dt):
     """DJ/drho (np,) by the discrete adjoint of Lemma 1, backwards over a finished rollout
     (mu_k A_k and mu_k B_k by `step_cotangent`, matrix-free).
 
@@ -197,7 +197,7 @@ def adjoint_gradient(system: MechanicalSystem, running_cost: Callable, terminal_
     return grad
 
 
-def forward_sensitivities(system: MechanicalSystem, states, info: variational.StepInfo, inputs,
+def forward_sensitivities(system: MechanicalSystem, states, info: variational.VariationalInfo, inputs,
                           rho, dt):
     """S_k = dx_k/drho (kf + 1, 2nq, np) by the tangent-linear recursion of eq. 6,
     S_k+1 = A_k S_k + B_k from S_0 = 0 (x_0 does not depend on rho).

@@ -4,7 +4,6 @@ Spatial motions are `[v; w]` (linear, then angular) and spatial forces `[f; n]`,
 and expressed in a body frame. A rigid transform `aMb` is the pair `(R, p)`: `R` (3, 3)
 rotates vectors of frame b into frame a and `p` (3,) is b's origin in a [m]. Its actions:
 
-  * `motion_act(R, p, m)`      = Ad_{aMb} m      (motion in b -> motion in a)
   * `motion_act_inv(R, p, m)`  = Ad_{aMb}^{-1} m (motion in a -> motion in b)
   * `force_act(R, p, f)`       = Ad_{aMb}^{-*} f (force in b -> force in a)
 
@@ -48,12 +47,6 @@ def axis_angle_to_matrix(axis, angle):
 def compose(R1, p1, R2, p2):
     """(aMb, bMc) -> aMc."""
     return R1 @ R2, p1 + R1 @ p2
-
-
-def motion_act(R, p, m):
-    """Ad_{aMb}: motion (6,) in frame b -> frame a."""
-    w = R @ m[3:]
-    return jnp.concatenate([R @ m[:3] + jnp.cross(p, w), w])
 
 
 def motion_act_inv(R, p, m):

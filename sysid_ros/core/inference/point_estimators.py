@@ -1,11 +1,11 @@
 """Point estimators of physical parameters: DiffNEA (Adam on virtual parameters), NEA and
 consistent least squares.
 
-Both follow the shape of optax / blackjax algorithms: a factory builds an `Estimator`, a
-NamedTuple of two pure functions,
+These are the methods' own algorithms (`base.Kernel`s; `inference.methods` wraps them into
+the estimator contract): a factory builds a NamedTuple of two pure functions,
 
-    state = estimator.init(key, theta0)
-    state, info = estimator.step(state, data)
+    state = kernel.init(key, theta0)          # theta0 (P, M)
+    state, info = kernel.step(state, data)
 
 and the posterior is `state.theta`, particles (P, M) in physical units in the order of
 `spec.names` (a point estimate is one particle; several particles are independent restarts).
@@ -18,7 +18,7 @@ and the posterior is `state.theta`, particles (P, M) in physical units in the or
     loss is any `loss_fn(params, data) -> ()`, e.g. `core.losses.make_loss_fn`.
   * `make_nea` (the "Newton-Euler algorithm" baseline of seed 001 §4.1.2; Atkeson, An and
     Hollerbach 1986): least squares on the joint-torque regressor. Inverse dynamics is linear
-    in each body's inertial 10-vector, tau = Y(q, qd, qdd) pi (`dynamics.regressor`), and the
+    in each body's inertial 10-vector, tau = Y(q, qd, qdd) pi (`rigid_body.regressor`), and the
     additive friction of the actuator model (viscous, Coulomb, armature) is linear in its
     coefficients. The regression is restricted to the spec: its columns are Y d pi/d theta
     (plus the friction and armature columns), the torque of every parameter not in the spec
@@ -46,7 +46,7 @@ and the posterior is `state.theta`, particles (P, M) in physical units in the or
     `make_consistent_ls` fixes that (`io.pipeline.fit` does so when the raw one was
     inconsistent).
 
-Everything here is pure JAX: jit `init`/`step` yourself (the pipeline does).
+Everything here is pure JAX: jit `init`/`step` yourself.
 """
 
 from __future__ import annotations
@@ -59,13 +59,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from sysid_ros.core import actuators, dynamics, parameters
-from sysid_ros.core.types import Params, RobotModel
+from sysid_ros.core.dynamics import actuators
+from sysid_ros.core.dynamics import rigid_body
+from sysid_ros.core.model import parameters
+from sysid_ros.core.inference.base import Kernel
+from sysid_ros.core.model.types import Params, RobotModel
 
 __all__ = [
-    'Estimator',
     'EstimatorState',
-    'StepInfo',
+    'DiffNEAInfo',
     'NEAInfo',
     'RegressorData',
     'make_diffnea',
@@ -74,7 +76,7 @@ __all__ = [
     'make_regressor_data',
     'project_consistent',
     'consistent_anchor',
-    'initial_particles',
+    'make_regressor_loss',
 ]
 
 # Actuator models whose friction is additive, u = tau_rigid + f(q, qd): usable by NEA.
@@ -100,7 +102,7 @@ class EstimatorState(NamedTuple):
     iteration: jax.Array
 
 
-class StepInfo(NamedTuple):
+class DiffNEAInfo(NamedTuple):
     """Diagnostics of one step (the loss and gradient are those at the state before it).
 
     Attributes:
@@ -119,7 +121,7 @@ class NEAInfo(NamedTuple):
     """Diagnostics of one NEA (Gauss-Newton least-squares) step.
 
     Attributes:
-      loss, grad_norm, num_nonfinite: as in `StepInfo`; the loss is the mean squared torque
+      loss, grad_norm, num_nonfinite: as in `DiffNEAInfo`; the loss is the mean squared torque
         residual normalised per joint by the spread of the measured torques.
       rank: (P,) numerical rank of the (scaled) regression matrix.
       raw_consistent: (P,) whether the raw least-squares solution was within bounds and
@@ -133,13 +135,6 @@ class NEAInfo(NamedTuple):
     rank: jax.Array
     raw_consistent: jax.Array
     step_norm: jax.Array
-
-
-class Estimator(NamedTuple):
-    """`init(key, theta0=None) -> EstimatorState`; `step(state, data) -> (state, info)`."""
-
-    init: Callable
-    step: Callable
 
 
 class RegressorData(NamedTuple):
@@ -242,65 +237,30 @@ def consistent_anchor(spec: parameters.ParameterSpec, base: Params, theta: jax.A
     return jnp.where(spec.is_consistent(theta, base), theta, nominal)
 
 
-def initial_particles(spec: parameters.ParameterSpec, base: Params, key: jax.Array,
-                      theta0=None, num_particles: int = 1) -> jax.Array:
-    """(P, M) starting particles.
-
-    Args:
-      spec, base: the parameter spec and the Params it edits.
-      key: PRNG key for the extra particles.
-      theta0: None (use `spec.initial_theta(base)`), (M,) or (P, M) physical values, or a
-        `Params` (read through `spec.from_params`).
-      num_particles: P when theta0 is not (P, M): particle 0 is theta0, the others are drawn
-        uniformly within the bounds (or, for unbounded parameters, theta0 perturbed by
-        N(0, 0.5^2) in unconstrained coordinates).
-    """
-    if theta0 is None:
-        theta0 = spec.initial_theta(base)
-    elif isinstance(theta0, Params):
-        theta0 = spec.from_params(theta0)
-    theta0 = jnp.asarray(theta0, dtype=jnp.result_type(float))
-    if theta0.ndim == 2:
-        return theta0
-    if num_particles <= 1:
-        return theta0[None]
-    finite = np.all(np.isfinite(spec.lower_bounds)) and np.all(np.isfinite(spec.upper_bounds))
-    if finite:
-        others = spec.sample_uniform(key, num_particles - 1, dtype=theta0.dtype)
-    else:
-        z0 = spec.to_unconstrained(theta0)
-        noise = 0.5 * jax.random.normal(key, (num_particles - 1, spec.num_params),
-                                        theta0.dtype)
-        others = spec.from_unconstrained(z0 + noise)
-    return jnp.concatenate([theta0[None], others], axis=0)
-
-
 # ------------------------------------------------------------------------------------------
 # DiffNEA
 # ------------------------------------------------------------------------------------------
 
-def make_diffnea(model: RobotModel, base_params: Params, spec: parameters.ParameterSpec,
-                 loss_fn: Callable, optimizer: optax.GradientTransformation,
-                 num_particles: int = 1, grad_mode: str = 'reverse') -> Estimator:
+def make_diffnea(base_params: Params, spec: parameters.ParameterSpec, loss_fn: Callable,
+                 optimizer: optax.GradientTransformation,
+                 grad_mode: str = 'reverse') -> Kernel:
     """DiffNEA: minimise `loss_fn` over the spec's unconstrained coordinates with `optimizer`.
 
     Args:
-      model: static tree (unused beyond documentation; the loss carries it).
       base_params: Params supplying every value not in the spec.
       spec: the free parameters and their bounds.
       loss_fn: `loss_fn(params, data) -> ()` (e.g. `losses.make_loss_fn(...)`).
       optimizer: an optax optimiser, e.g. `optax.adam(1e-2)`; it runs independently per
         particle (vmapped), so global-norm transforms act per particle too.
-      num_particles: restarts when `init` gets a single initial vector.
       grad_mode: 'reverse' (`jax.value_and_grad`) or 'forward' (`jax.jacfwd`, M tangents
         pushed through the simulation at once): the same gradient; forward mode has no
         backward pass and compiles faster, which pays off for a few dozen parameters.
 
     Returns:
-      Estimator with `init(key, theta0=None)` (theta0 as in `initial_particles`) and
-      `step(state, data) -> (state, StepInfo)`; `data` is passed to `loss_fn` unchanged.
+      Kernel with `init(key, theta0 (P, M)) -> EstimatorState` (P restarts, e.g. from
+      `particles.initial_particles`) and `step(state, data) -> (state, DiffNEAInfo)`; `data`
+      is passed to `loss_fn` unchanged.
     """
-    del model
     if grad_mode not in ('reverse', 'forward'):
         raise ValueError(f'diffnea: grad_mode: expected reverse or forward, got {grad_mode!r}')
 
@@ -315,9 +275,9 @@ def make_diffnea(model: RobotModel, base_params: Params, spec: parameters.Parame
             grad, value = jax.jacfwd(lambda v: (objective(v, data),) * 2, has_aux=True)(z)
             return value, grad
 
-    def init(key, theta0=None) -> EstimatorState:
-        theta = initial_particles(spec, base_params, key, theta0, num_particles)
-        z = spec.to_unconstrained(theta)
+    def init(key, theta0) -> EstimatorState:
+        del key
+        z = spec.to_unconstrained(jnp.atleast_2d(jnp.asarray(theta0)))
         return EstimatorState(theta=spec.from_unconstrained(z), z=z,
                               aux=jax.vmap(optimizer.init)(z),
                               iteration=jnp.zeros((), jnp.int32))
@@ -335,13 +295,13 @@ def make_diffnea(model: RobotModel, base_params: Params, spec: parameters.Parame
             return jnp.where(mask, new, old)
 
         opt_state = jax.tree_util.tree_map(keep, opt_state, state.aux)
-        info = StepInfo(loss=loss, grad_norm=jnp.linalg.norm(grad, axis=-1),
+        info = DiffNEAInfo(loss=loss, grad_norm=jnp.linalg.norm(grad, axis=-1),
                         num_nonfinite=jnp.sum(~finite))
         new_state = EstimatorState(theta=spec.from_unconstrained(z), z=z, aux=opt_state,
                                    iteration=state.iteration + 1)
         return new_state, info
 
-    return Estimator(init=init, step=step)
+    return Kernel(init=init, step=step)
 
 
 # ------------------------------------------------------------------------------------------
@@ -384,7 +344,7 @@ def _theta_residual(model, base_params, spec, actuator) -> Callable:
 
 
 def make_regressor_data(model: RobotModel, params: Params, q, qd, qdd, tau) -> RegressorData:
-    """Stack the joint-torque regressor over samples (jit-able; vmaps `dynamics.regressor`).
+    """Stack the joint-torque regressor over samples (jit-able; vmaps `rigid_body.regressor`).
 
     The regressor depends on the kinematics only (joint placements of `params`).
 
@@ -394,14 +354,22 @@ def make_regressor_data(model: RobotModel, params: Params, q, qd, qdd, tau) -> R
       q, qd, qdd, tau: (N, nv) samples.
     """
     q, qd, qdd, tau = (jnp.asarray(a) for a in (q, qd, qdd, tau))
-    regressor = jax.vmap(lambda a, b, c: dynamics.regressor(model, params, a, b, c))(q, qd, qdd)
+    regressor = jax.vmap(lambda a, b, c: rigid_body.regressor(model, params, a, b, c))(q, qd, qdd)
     spread = jnp.std(tau, axis=0)
     scale = jnp.maximum(spread, jnp.maximum(1e-3 * jnp.max(spread), 1e-9))
     return RegressorData(regressor=regressor, q=q, qd=qd, qdd=qdd, tau=tau, torque_scale=scale)
 
 
+def make_regressor_loss(model: RobotModel, base_params: Params,
+                        spec: parameters.ParameterSpec, actuator='viscous') -> Callable:
+    """`loss(theta (M,), RegressorData) -> ()`: NEA's loss, the mean squared torque residual
+    normalised per joint (`make_nea`)."""
+    residual = _theta_residual(model, base_params, spec, actuator)
+    return lambda theta, data: jnp.mean(jnp.square(residual(theta, data)))
+
+
 def make_nea(model: RobotModel, base_params: Params, spec: parameters.ParameterSpec,
-             actuator='viscous', rcond: float = 1e-10, num_bisection: int = 50) -> Estimator:
+             actuator='viscous', rcond: float = 1e-10, num_bisection: int = 50) -> Kernel:
     """NEA: Gauss-Newton least squares on the joint-torque regressor (see the module doc).
 
     The predicted command torque of a sample is
@@ -421,7 +389,7 @@ def make_nea(model: RobotModel, base_params: Params, spec: parameters.ParameterS
       num_bisection: bisection steps of the consistency projection.
 
     Returns:
-      Estimator with `init(key, theta0=None)` and `step(state, RegressorData) ->
+      Kernel with `init(key, theta0 (P, M))` and `step(state, RegressorData) ->
       (state, NEAInfo)`.
 
     Raises:
@@ -447,8 +415,9 @@ def make_nea(model: RobotModel, base_params: Params, spec: parameters.ParameterS
         return (theta + scale * dz, jnp.mean(jnp.square(r)),
                 jnp.linalg.norm(a.T @ r) * 2.0 / n, rank, jnp.linalg.norm(dz), finite)
 
-    def init(key, theta0=None) -> EstimatorState:
-        theta = initial_particles(spec, base_params, key, theta0, 1)
+    def init(key, theta0) -> EstimatorState:
+        del key
+        theta = jnp.atleast_2d(jnp.asarray(theta0))
         anchor = jax.vmap(lambda t: consistent_anchor(spec, base_params, t))(theta)
         return EstimatorState(theta=anchor, z=theta, aux=anchor,
                               iteration=jnp.zeros((), jnp.int32))
@@ -466,7 +435,7 @@ def make_nea(model: RobotModel, base_params: Params, spec: parameters.ParameterS
         return EstimatorState(theta=theta, z=raw, aux=state.aux,
                               iteration=state.iteration + 1), info
 
-    return Estimator(init=init, step=step)
+    return Kernel(init=init, step=step)
 
 
 # ------------------------------------------------------------------------------------------

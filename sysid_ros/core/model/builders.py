@@ -8,7 +8,7 @@ links hang straight down (-z).
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core.types import PRISMATIC, REVOLUTE, Params, RobotModel
+from sysid_ros.core.model.types import PRISMATIC, REVOLUTE, Params, RobotModel
 
 GRAVITY = (0.0, 0.0, -9.81)
 

@@ -30,8 +30,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core import actuators, integrators
-from sysid_ros.core.types import Params, RobotModel
+from sysid_ros.core.dynamics import actuators
+from sysid_ros.core.dynamics import integrators
+from sysid_ros.core.model.types import Params, RobotModel
 
 __all__ = [
     'LOSSES',

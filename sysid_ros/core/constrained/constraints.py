@@ -22,8 +22,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core import builders, dynamics, kinematics, spatial, variational
-from sysid_ros.core.types import REVOLUTE, Params, RobotModel
+from sysid_ros.core.model import builders
+from sysid_ros.core.dynamics import rigid_body
+from sysid_ros.core.dynamics import kinematics
+from sysid_ros.core.model import spatial
+from sysid_ros.core.dynamics import variational
+from sysid_ros.core.model.types import REVOLUTE, Params, RobotModel
 
 AXES = {'x': (1.0, 0.0, 0.0), 'y': (0.0, 1.0, 0.0), 'z': (0.0, 0.0, 1.0)}
 
@@ -182,13 +186,6 @@ def clamp_constraint(loop: FlexibleLoop, q):
     return jnp.concatenate(parts)
 
 
-def end_effector_position(loop: FlexibleLoop, q):
-    """World position of the grasp point H (3,) [m]."""
-    R, p = kinematics.forward_kinematics(loop.model, loop.params, q)
-    body = loop.end_effector
-    return p[body] + R[body] @ jnp.asarray(loop.ee_offset, p.dtype)
-
-
 def loop_stiffness(loop: FlexibleLoop, rho):
     """(nv,) joint stiffness [N m/rad] from rho = [k1, k2]: k1 on the in-plane bending joints,
     k2 on the out-of-plane ones, zero on the arm."""
@@ -312,7 +309,7 @@ def loop_system(loop: FlexibleLoop, force=None) -> 'variational.MechanicalSystem
         return jnp.concatenate(parts)
 
     def mass_matrix(q):
-        return dynamics.crba(loop.model, loop.params, q)
+        return rigid_body.crba(loop.model, loop.params, q)
 
     def spring_matrix(q, rho):
         return jnp.diag(loop_stiffness(loop, rho))

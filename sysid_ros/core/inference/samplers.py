@@ -1,10 +1,10 @@
 """Baseline posterior samplers of seed 000 (Heiden et al. 2022, §2.3, Table 2): SGLD, NUTS,
 Emcee and a Gaussian-mixture cross-entropy method (CEM).
 
-All four follow the estimator shape of `svgd.make_svgd`: a factory builds an `Estimator`,
+All four follow the kernel shape of `svgd.make_svgd`: a factory builds a `base.Kernel`,
 
-    state = estimator.init(key, positions)          # positions (P, D)
-    state, info = estimator.step(state, data)
+    state = kernel.init(key, positions)          # positions (P, D)
+    state, info = kernel.step(state, data)
 
 over a generic log density `log_prob_fn(x, data) -> ()` of one position x (D,) in the
 sampler's coordinates, and `state.particles` (P, D) is the posterior sample (the current
@@ -55,10 +55,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core import likelihood as lik
-from sysid_ros.core import parameters, svgd
-from sysid_ros.core.estimators import Estimator
-from sysid_ros.core.types import Params
+from sysid_ros.core.likelihoods import likelihood as lik
+from sysid_ros.core.model import parameters
+from sysid_ros.core.inference import svgd
+from sysid_ros.core.inference.base import Kernel
+from sysid_ros.core.model.types import Params
 
 __all__ = [
     'SGLDState',
@@ -159,7 +160,7 @@ class SGLDInfo(NamedTuple):
 
 
 def make_sgld(log_prob_fn: Callable, step_size, num_chains: int, *, temperature=1.0,
-              mesh='auto') -> Estimator:
+              mesh='auto') -> Kernel:
     """Stochastic-gradient Langevin dynamics (Welling & Teh 2011) with full-batch gradients.
 
     Each chain moves by blackjax's SGLD kernel (Euler step of the overdamped Langevin
@@ -179,7 +180,7 @@ def make_sgld(log_prob_fn: Callable, step_size, num_chains: int, *, temperature=
       mesh: 'auto' (shard the chains when several devices exist), None or a jax Mesh.
 
     Returns:
-      Estimator with `init(key, positions (C, D)) -> SGLDState` (host-side; positions e.g.
+      Kernel with `init(key, positions (C, D)) -> SGLDState` (host-side; positions e.g.
       `spec.to_unconstrained(csvgd.sobol_particles(spec, C))`) and
       `step(state, data=None) -> (SGLDState, SGLDInfo)`.
 
@@ -236,7 +237,7 @@ def make_sgld(log_prob_fn: Callable, step_size, num_chains: int, *, temperature=
                         num_nonfinite=num_bad)
         return new_state, info
 
-    return Estimator(init=init, step=step)
+    return Kernel(init=init, step=step)
 
 
 # ------------------------------------------------------------------------------------------
@@ -304,7 +305,7 @@ class NUTSWarmup(NamedTuple):
 
 def make_nuts(log_prob_fn: Callable, step_size, inverse_mass_matrix, num_chains: int, *,
               max_num_doublings: int = 10, divergence_threshold: float = 1000.0,
-              mesh='auto') -> Estimator:
+              mesh='auto') -> Kernel:
     """The No-U-Turn sampler (Hoffman & Gelman 2014) with blackjax's NUTS kernel.
 
     blackjax's NUTS is the iterative, multinomial variant (Betancourt 2017; Phan et al.
@@ -330,7 +331,7 @@ def make_nuts(log_prob_fn: Callable, step_size, inverse_mass_matrix, num_chains:
       mesh: 'auto' (shard the chains when several devices exist), None or a jax Mesh.
 
     Returns:
-      Estimator with `init(key, positions (C, D)) -> NUTSState` (host-side) and
+      Kernel with `init(key, positions (C, D)) -> NUTSState` (host-side) and
       `step(state, data=None) -> (NUTSState, NUTSInfo)`.
 
     Raises:
@@ -389,7 +390,7 @@ def make_nuts(log_prob_fn: Callable, step_size, inverse_mass_matrix, num_chains:
                         num_nonfinite=num_bad)
         return new_state, info
 
-    return Estimator(init=init, step=step)
+    return Kernel(init=init, step=step)
 
 
 def nuts_warmup(key: jax.Array, log_prob_fn: Callable, positions, num_steps: int, data=None,
@@ -493,7 +494,7 @@ class EmceeInfo(NamedTuple):
     num_nonfinite: int
 
 
-def make_emcee(log_prob_fn: Callable, num_walkers: int, *, moves=None) -> Estimator:
+def make_emcee(log_prob_fn: Callable, num_walkers: int, *, moves=None) -> Kernel:
     """Affine-invariant ensemble MCMC (Goodman & Weare 2010) with `emcee.EnsembleSampler`.
 
     The seed's Emcee baseline. One `step` is one emcee iteration: the default stretch move
@@ -524,7 +525,7 @@ def make_emcee(log_prob_fn: Callable, num_walkers: int, *, moves=None) -> Estima
         stretch move with a = 2.
 
     Returns:
-      Estimator with `init(key, positions (W, D)) -> EmceeState` and
+      Kernel with `init(key, positions (W, D)) -> EmceeState` and
       `step(state, data=None) -> (EmceeState, EmceeInfo)`.
 
     Raises:
@@ -598,7 +599,7 @@ def make_emcee(log_prob_fn: Callable, num_walkers: int, *, moves=None) -> Estima
                          num_nonfinite=int(bad.sum()))
         return new_state, info
 
-    return Estimator(init=init, step=step)
+    return Kernel(init=init, step=step)
 
 
 # ------------------------------------------------------------------------------------------
@@ -731,7 +732,7 @@ def _kmeans_plus_plus(key, x, num_components):
 def make_cem(log_prob_fn: Callable, num_samples: int, num_elites: int,
              num_components: int = 1, *, weighting: str = 'importance',
              num_em_iterations: int = 5, smoothing: float = 0.7, reg_covar: float = 1e-6,
-             mesh='auto') -> Estimator:
+             mesh='auto') -> Kernel:
     """Cross-entropy method (Rubinstein 1999) with a Gaussian-mixture sampling distribution.
 
     Each step:
@@ -772,7 +773,7 @@ def make_cem(log_prob_fn: Callable, num_samples: int, num_elites: int,
       mesh: 'auto' (shard the population when several devices exist), None or a jax Mesh.
 
     Returns:
-      Estimator with `init(key, positions (P, D)) -> CEMState` and
+      Kernel with `init(key, positions (P, D)) -> CEMState` and
       `step(state, data=None) -> (CEMState, CEMInfo)`. `init` fits the initial mixture to
       the positions (P >= K): means at K points chosen by k-means++, every covariance the
       positions' covariance, equal weights; the first population is the positions themselves
@@ -876,7 +877,7 @@ def make_cem(log_prob_fn: Callable, num_samples: int, num_elites: int,
                        num_nonfinite=jnp.sum(~finite).astype(jnp.int32))
         return new_state, info
 
-    return Estimator(init=init, step=step)
+    return Kernel(init=init, step=step)
 
 
 # ------------------------------------------------------------------------------------------

@@ -40,8 +40,8 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from sysid_ros.core import parameters
-from sysid_ros.core.estimators import Estimator
+from sysid_ros.core.model import parameters
+from sysid_ros.core.inference.base import Kernel
 
 __all__ = [
     'PARTICLE_AXIS',
@@ -380,7 +380,7 @@ def resolve_mesh(mesh, num_particles: int):
 # ------------------------------------------------------------------------------------------
 
 def make_svgd(log_prob_fn: Callable, optimizer: optax.GradientTransformation, *,
-              scale=None, bandwidth=None, jitter: float = 0.1, mesh='auto') -> Estimator:
+              scale=None, bandwidth=None, jitter: float = 0.1, mesh='auto') -> Kernel:
     """SVGD over flat particles (P, D) with an RBF kernel and an optax optimiser.
 
     Args:
@@ -394,7 +394,7 @@ def make_svgd(log_prob_fn: Callable, optimizer: optax.GradientTransformation, *,
       mesh: 'auto' (shard the particles when there are several devices), None or a Mesh.
 
     Returns:
-      Estimator with `init(key, particles) -> SVGDState` and
+      Kernel with `init(key, particles) -> SVGDState` and
       `step(state, data) -> (SVGDState, SVGDInfo)`. Jit `step` yourself; the vmapped scores
       of all particles are one call.
     """
@@ -437,4 +437,4 @@ def make_svgd(log_prob_fn: Callable, optimizer: optax.GradientTransformation, *,
                         num_nonfinite=num_bad)
         return new_state, info
 
-    return Estimator(init=init, step=step)
+    return Kernel(init=init, step=step)

@@ -46,7 +46,7 @@ parameters follow SVGD while each particle's shooting states follow its own scor
 its own parameters; averaging them over particles with other parameters pulls them off
 their own trajectory). 'all' runs plain SVGD over the whole augmented particle.
 
-Initialisation (seed §1.1): `sobol_particles` draws theta from a scrambled Sobol sequence in
+Initialisation (seed §1.1): `particles.initial_particles` draws theta from a scrambled Sobol sequence in
 the bounds on the host; `init` puts the shooting states on the measured data.
 
 Each step evaluates all particles in one vmapped call (all K W windows of all P particles);
@@ -59,25 +59,23 @@ shooting states, multipliers and optimiser moments.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from scipy.stats import qmc
 
-from sysid_ros.core import likelihood as lik
-from sysid_ros.core import parameters, svgd
-from sysid_ros.core.estimators import Estimator
-from sysid_ros.core.types import Params
+from sysid_ros.core.likelihoods import likelihood as lik
+from sysid_ros.core.model import parameters
+from sysid_ros.core.inference import svgd
+from sysid_ros.core.inference.base import GaussianPrior, Kernel
+from sysid_ros.core.model.types import Params
 
 __all__ = [
     'KERNELS',
     'CSVGDState',
     'CSVGDInfo',
-    'sobol_particles',
     'split_particles',
     'make_csvgd',
 ]
@@ -130,36 +128,6 @@ class CSVGDInfo(NamedTuple):
     num_nonfinite: jax.Array
 
 
-def sobol_particles(spec: parameters.ParameterSpec, num_particles: int,
-                    seed: int = 0) -> np.ndarray:
-    """(P, M) initial particles from a scrambled Sobol sequence within the bounds (seed §1.1).
-
-    Runs on the host (scipy.stats.qmc.Sobol, scramble=True, seeded), so it is deterministic
-    for a seed. A count that is not a power of two loses Sobol's balance property (scipy
-    warns; the warning is silenced here) but keeps its low discrepancy.
-
-    Raises:
-      ValueError: num_particles < 1, an empty spec, or a parameter with an infinite bound.
-    """
-    if int(num_particles) != num_particles or num_particles < 1:
-        raise ValueError(f'sobol_particles: num_particles: expected int >= 1, got '
-                         f'{num_particles!r}')
-    if spec.num_params == 0:
-        raise ValueError('sobol_particles: the parameter spec is empty')
-    lower = np.asarray(spec.lower_bounds, dtype=float)
-    upper = np.asarray(spec.upper_bounds, dtype=float)
-    unbounded = [n for n, lo, hi in zip(spec.names, lower, upper)
-                 if not (np.isfinite(lo) and np.isfinite(hi))]
-    if unbounded:
-        raise ValueError('sobol_particles: needs finite bounds; unbounded: '
-                         + ', '.join(unbounded))
-    sampler = qmc.Sobol(d=spec.num_params, scramble=True, seed=seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore', UserWarning)
-        unit = sampler.random(int(num_particles))
-    return lower + (upper - lower) * unit
-
-
 def split_particles(spec: parameters.ParameterSpec, likelihood: lik.ShootingLikelihood,
                     particles: jax.Array, data: lik.TrajectoryData):
     """Flat particles (P, D) -> (theta (P, M), shooting states (P, K, W - 1, S) physical)."""
@@ -173,9 +141,8 @@ def split_particles(spec: parameters.ParameterSpec, likelihood: lik.ShootingLike
 
 def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpec,
                optimizer: optax.GradientTransformation, *, base_params: Params | None = None,
-               params_fn: Callable | None = None, log_prior_fn: Callable | None = None,
-               multiplier_rate: float = 0.3, damping: float = 10.0, kernel: str = 'parameters',
-               jacobian: bool = True, jitter: float = 0.05, mesh='auto') -> Estimator:
+               params_fn: Callable | None = None, multiplier_rate: float = 0.3, damping: float = 10.0, kernel: str = 'parameters',
+               jacobian: bool = True, jitter: float = 0.05, mesh='auto') -> Kernel:
     """CSVGD estimator over parameters and shooting states (see the module doc).
 
     Args:
@@ -187,9 +154,6 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
         `spec.to_params(theta, base_params)`).
       params_fn: `params_fn(theta) -> Params` instead of `base_params`, for tied parameters
         (e.g. one link length that sets both a COM and the next joint's origin).
-      log_prior_fn: `log_prior_fn(theta) -> ()` added to the log density (default: uniform
-        within the bounds); `log_prior_fn(theta, prior) -> ()` when `step` is given a `prior`
-        (a pytree of arrays passed as data: changing its values does not recompile `step`).
       multiplier_rate: alpha, gradient-ascent rate of the multipliers (initial value of
         `CSVGDState.multiplier_rate`); keep it below damping / 10.
       damping: mu >= 0, weight of MDMM's damping term w mu / 2 |c|^2 (initial value of
@@ -201,8 +165,10 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
       mesh: 'auto' (shard particles when several devices exist), None or a jax Mesh.
 
     Returns:
-      Estimator with `init(key, theta, data) -> CSVGDState` (theta (P, M) physical, e.g.
-      from `sobol_particles`) and `step(state, data, prior=None) -> (CSVGDState, CSVGDInfo)`.
+      Kernel with `init(key, theta, data) -> CSVGDState` (theta (P, M) physical, e.g.
+      from `particles.initial_particles`) and `step(state, data, prior=None) ->
+      (CSVGDState, CSVGDInfo)`; a `GaussianPrior` multiplies the uniform prior within the
+      bounds (passed as data: new values do not recompile `step`).
 
     Raises:
       ValueError: neither or both of base_params / params_fn, unknown kernel, damping < 0.
@@ -229,9 +195,8 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
         log_prob = terms.log_lik
         if jacobian:
             log_prob = log_prob + svgd.log_abs_det_jacobian(spec, z)
-        if log_prior_fn is not None:
-            log_prob = log_prob + (log_prior_fn(theta) if prior is None
-                                   else log_prior_fn(theta, prior))
+        if prior is not None:
+            log_prob = log_prob + prior.log_density(theta)
         return (log_prob, terms.defects.reshape(-1)), terms.log_lik
 
     def scores(x, multipliers, damping, weight, data, prior):
@@ -290,7 +255,8 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
                           opt_state=opt_state, key=key, iteration=counter,
                           num_reseeded=counter, multiplier_rate=rate, damping=mu)
 
-    def step(state: CSVGDState, data: lik.TrajectoryData, prior=None):
+    def step(state: CSVGDState, data: lik.TrajectoryData,
+             prior: GaussianPrior | None = None):
         x, multipliers = state.particles, state.multipliers
         num, dim = x.shape
         active_mesh = svgd.resolve_mesh(mesh, num)
@@ -342,4 +308,4 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
                          num_nonfinite=num_bad)
         return new_state, info
 
-    return Estimator(init=init, step=step)
+    return Kernel(init=init, step=step)

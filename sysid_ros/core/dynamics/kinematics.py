@@ -5,11 +5,12 @@ seed 001 eq. 8): a fixed placement (translation + URDF RPY) followed by the join
 a rotation about (revolute) or a translation along (prismatic) the joint axis.
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core import spatial
-from sysid_ros.core.types import PRISMATIC, Params, RobotModel
+from sysid_ros.core.model import spatial
+from sysid_ros.core.model.types import PRISMATIC, Params, RobotModel
 
 
 def motion_subspace(model: RobotModel, i: int) -> np.ndarray:
@@ -68,3 +69,12 @@ def forward_kinematics(model: RobotModel, params: Params, q):
         rots.append(R)
         poss.append(p)
     return jnp.stack(rots), jnp.stack(poss)
+
+
+def make_pose_fn(model, body: int):
+    """Jitted `poses(params, q) -> (R (B, 3, 3), p (B, 3))` of `body` at (B, nv) positions."""
+    def poses(params, q):
+        rots, origins = jax.vmap(lambda qi: forward_kinematics(model, params, qi))(q)
+        return rots[:, body], origins[:, body]
+
+    return jax.jit(poses)

@@ -55,8 +55,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core import actuators, integrators, losses, observations
-from sysid_ros.core.types import Params, RobotModel
+from sysid_ros.core.dynamics import actuators
+from sysid_ros.core.dynamics import integrators
+from sysid_ros.core.likelihoods import losses
+from sysid_ros.core.dynamics import observations
+from sysid_ros.core.model.types import Params, RobotModel
 
 __all__ = [
     'COMBINE',
@@ -70,6 +73,8 @@ __all__ = [
     'predicted_trajectories',
     'observe',
     'log_likelihood',
+    'residual_normaliser',
+    'residual_loss',
 ]
 
 COMBINE = ('sum', 'product')
@@ -457,3 +462,22 @@ def log_likelihood(likelihood: ShootingLikelihood, params: Params, shooting: jax
         log_lik = jax.nn.logsumexp(per_trajectory) - jnp.log(per_trajectory.shape[0])
     defects = (windows[:, :-1, -1] - shooting) / data.state_scale
     return LikelihoodTerms(log_lik=log_lik, per_trajectory=per_trajectory, defects=defects)
+
+
+def residual_normaliser(likelihood: ShootingLikelihood, data: TrajectoryData
+                        ) -> tuple[jax.Array, int]:
+    """(c, n) with `residual_loss` = -2 (log_lik + c) / n: c the log normaliser of the
+    Gaussian noise, n the number of observed values (per trajectory under 'sum')."""
+    k, num_samples, num_obs = data.observations.shape
+    log_norm = num_samples * jnp.sum(jnp.log(jnp.sqrt(2.0 * jnp.pi) * data.noise_std))
+    if likelihood.combine == 'product':
+        return k * log_norm, k * num_samples * num_obs
+    return log_norm, num_samples * num_obs
+
+
+def residual_loss(likelihood: ShootingLikelihood, data: TrajectoryData,
+                  log_lik: jax.Array) -> jax.Array:
+    """(...,) the mean squared noise-normalised residual ((y_sim - y) / sigma)^2 of
+    log-likelihoods (...,): about 1 at the truth when the noise std is right."""
+    c, n = residual_normaliser(likelihood, data)
+    return -2.0 * (log_lik + c) / n

@@ -30,8 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core import builders, constraints, kinematics
-from sysid_ros.core.types import Params, RobotModel
+from sysid_ros.core.model import builders
+from sysid_ros.core.constrained import constraints
+from sysid_ros.core.dynamics import kinematics
+from sysid_ros.core.model.types import Params, RobotModel
 
 
 class StringParams(NamedTuple):
@@ -243,12 +245,6 @@ def window_residual(cup: BallInCup, string: StringParams, start, joints, ball, d
     """
     anchors = anchor_motions(cup, string.anchor, joints)
     return simulate(cup, string, start, anchors, dt)[1:, :3] - ball[1:]
-
-
-def window_residuals(cup: BallInCup, string: StringParams, starts, windows: Windows, dt):
-    """`window_residual` of every window, (W, H, 3) [m]; starts: (W, 6)."""
-    return jax.vmap(window_residual, in_axes=(None, None, 0, 0, 0, None))(
-        cup, string, starts, windows.joints, windows.ball, dt)
 
 
 def to_unconstrained(string: StringParams):

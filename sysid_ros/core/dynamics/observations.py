@@ -29,8 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core import kinematics, spatial
-from sysid_ros.core.types import Params, RobotModel
+from sysid_ros.core.dynamics import kinematics
+from sysid_ros.core.model import spatial
+from sysid_ros.core.model.types import Params, RobotModel
 
 __all__ = [
     'AXIS_LENGTH',

@@ -19,8 +19,10 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from sysid_ros.core import actuators, dynamics, variational
-from sysid_ros.core.types import Params, RobotModel
+from sysid_ros.core.dynamics import actuators
+from sysid_ros.core.dynamics import rigid_body
+from sysid_ros.core.dynamics import variational
+from sysid_ros.core.model.types import Params, RobotModel
 
 
 def forward_dynamics(model: RobotModel, params: Params, q, qd, u, actuator='viscous'):
@@ -37,7 +39,7 @@ def forward_dynamics(model: RobotModel, params: Params, q, qd, u, actuator='visc
       (nv,) joint accelerations [rad/s^2, m/s^2].
     """
     tau = actuators.get_actuator(actuator)(model, params, q, qd, u)
-    return dynamics.aba(model, params, q, qd, tau)
+    return rigid_body.aba(model, params, q, qd, tau)
 
 
 def state_derivative(model: RobotModel, params: Params, x, u, actuator='viscous'):
@@ -152,3 +154,18 @@ def rollout(model: RobotModel, params: Params, x0, controls, dt,
 
     _, states = jax.lax.scan(body, x0, controls)
     return jnp.concatenate([x0[None], states], axis=0)
+
+
+def make_advance_fn(model, dt: float, steps: int, integrator: str, actuator: str):
+    """Jitted `advance(params, x, controls) -> states`: integrate (B * steps, nv) held controls
+    from x (2 nv,) with step dt [s]; return the (B, 2 nv) states every `steps` steps.
+
+    The model and the static settings are closed over, so a call only passes arrays (each
+    call costs the dispatch of one compiled program, not a retrace or a hash of the model).
+    """
+    def advance(params, x, controls):
+        states = rollout(model, params, x, controls, dt, integrator=integrator,
+                         actuator=actuator)
+        return states[steps::steps]
+
+    return jax.jit(advance)

@@ -12,9 +12,9 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from sysid_ros.core import spatial
-from sysid_ros.core.kinematics import joint_transform, subspace_dot, subspace_times
-from sysid_ros.core.types import Params, RobotModel
+from sysid_ros.core.model import spatial
+from sysid_ros.core.dynamics.kinematics import joint_transform, subspace_dot, subspace_times
+from sysid_ros.core.model.types import Params, RobotModel
 
 
 def _base_acceleration(model: RobotModel, dtype):

@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core import inertia
-from sysid_ros.core.types import Params, RobotModel
+from sysid_ros.core.model import inertia
+from sysid_ros.core.model.types import Params, RobotModel
 
 __all__ = [
     'INERTIA_ATTRIBUTES',

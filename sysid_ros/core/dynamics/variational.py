@@ -32,8 +32,11 @@ import jax.numpy as jnp
 import jax.scipy.linalg
 import numpy as np
 
-from sysid_ros.core import actuators, dynamics, kinematics, spatial
-from sysid_ros.core.types import Params, RobotModel
+from sysid_ros.core.dynamics import actuators
+from sysid_ros.core.dynamics import rigid_body
+from sysid_ros.core.dynamics import kinematics
+from sysid_ros.core.model import spatial
+from sysid_ros.core.model.types import Params, RobotModel
 
 
 class VariationalError(ValueError):
@@ -64,7 +67,7 @@ class MechanicalSystem(NamedTuple):
     stiffness: Callable
 
 
-class StepInfo(NamedTuple):
+class VariationalInfo(NamedTuple):
     """Per-step diagnostics of the Newton solve.
 
     Attributes:
@@ -135,7 +138,7 @@ def model_system(model: RobotModel, params: Params, stiffness: Callable,
                 - springs)
 
     def mass_matrix(q):
-        return dynamics.crba(model, params, q)
+        return rigid_body.crba(model, params, q)
 
     def spring_matrix(q, rho):
         return jnp.diag(stiffness(rho))
@@ -278,14 +281,14 @@ def newton_solve(system: MechanicalSystem, q0, p0, u, rho, dt, iterations: int,
 
 def step(system: MechanicalSystem, x, u, rho, dt, iterations: int = 4,
          exact_jacobian: bool = False, guess=None, tol: float | None = None):
-    """One variational step x_k = [q_k; p_k] (2 nq,) -> (x_k+1, StepInfo); `guess`
+    """One variational step x_k = [q_k; p_k] (2 nq,) -> (x_k+1, VariationalInfo); `guess`
     (nq + nh,) starts Newton at (q_k+1, lam_k), `tol` stops it early (see `newton_solve`)."""
     nq = system.nq
     q0, p0 = x[:nq], x[nq:]
     q1, lam, res = newton_solve(system, q0, p0, u, rho, dt, iterations, exact_jacobian,
                                 guess, tol)
     p1 = momentum(system, q0, q1, u, rho, dt)
-    return jnp.concatenate([q1, p1]), StepInfo(lam, res)
+    return jnp.concatenate([q1, p1]), VariationalInfo(lam, res)
 
 
 def initial_state(system: MechanicalSystem, q0, qd0, rho):
@@ -305,7 +308,7 @@ def rollout(system: MechanicalSystem, x0, inputs, rho, dt, iterations: int = 4,
     reverse-mode autodiff stores one state per step.
 
     Returns:
-      states (T + 1, 2 nq) with x0 first, and StepInfo with (T, nh) multipliers and (T,)
+      states (T + 1, 2 nq) with x0 first, and VariationalInfo with (T, nh) multipliers and (T,)
       residuals.
     """
     nq = system.nq
@@ -329,10 +332,10 @@ def midpoint_energies(system: MechanicalSystem, states, rho, dt):
     return jax.vmap(energy, in_axes=(None, 0, 0, None))(system, q_mid, qd, rho)
 
 
-def check_rollout(info: StepInfo, tol: float = 1e-8):
+def check_rollout(info: VariationalInfo, tol: float = 1e-8):
     """Raise VariationalError at the first step whose Newton residual is non-finite or > tol.
 
-    Call outside traced code on `rollout`'s StepInfo (host values).
+    Call outside traced code on `rollout`'s VariationalInfo (host values).
     """
     residual = np.asarray(info.residual)
     bad = ~np.isfinite(residual) | (residual > tol)

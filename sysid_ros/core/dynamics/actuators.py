@@ -32,8 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core import networks
-from sysid_ros.core.types import PRISMATIC, Params, RobotModel
+from sysid_ros.core.dynamics import networks
+from sysid_ros.core.model.types import PRISMATIC, Params, RobotModel
 
 # Velocity scale of the smooth sign tanh(qd / eps) [rad/s or m/s]. Below about eps the Coulomb
 # torque fades linearly to zero, so the ODE stays smooth (integrators keep their order, gradients

@@ -1,0 +1,3 @@
+"""Motion of a model: kinematics, rigid-body algorithms (RNEA, ABA, CRBA, regressor in
+`rigid_body`), actuator and friction models (`actuators`, `networks`), integrators (explicit
+and variational) and observation models (`observations`: joint states, motion capture)."""

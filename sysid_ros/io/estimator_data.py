@@ -1,0 +1,252 @@
+"""The data each estimator's step takes, built once from prepared trajectories, and the
+`Target` (model, spec, likelihood or loss) its factory takes (`core.inference.methods`).
+
+Which data a method takes is its registry entry's `data` kind (`core.inference.registry`):
+
+  * 'shooting' (`shooting_problem`): the trajectories, resampled at `data.rate`, are cut into
+    pieces of one length so that they stack into one `TrajectoryData`: the piece length T is
+    the largest multiple of W = `estimator.shooting_windows` that fits into the shortest
+    trajectory; every trajectory gives floor(steps / T) consecutive pieces and the steps left
+    at its end are dropped (reported in `info['dropped_steps']`). Each piece starts at its
+    measured state and is simulated under its measured commands, so pieces count as
+    independent experiments under `estimator.likelihood: product` and as members of the
+    mixture under `sum`. Each piece is cut into W shooting windows of H = T / W >=
+    MIN_WINDOW_STEPS steps. Observations: [q; qd] at every sample. Noise: `data.noise_std`
+    holds one value for all 2 nv observed dimensions or one per dimension (q of each joint,
+    then qd); left empty, it is estimated per dimension from the data: the robust spread
+    (1.4826 x MAD) of the third differences divided by sqrt(20) (white noise of std s has
+    third differences of std sqrt(20) s, a smooth signal sampled fast hardly any), floored at
+    NOISE_FLOOR times the dimension's spread.
+  * 'segments' (`segments`): DiffNEA's rollout segments of `estimator.rollout_horizon` steps
+    with the loss `estimator.loss` (one-step or rollout).
+  * 'regressor' (`regressor_data`): NEA's inverse-dynamics samples (`nea_samples`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sysid_ros.core.inference import point_estimators, registry
+from sysid_ros.core.inference.methods import Target
+from sysid_ros.core.likelihoods import likelihood as lik
+from sysid_ros.core.likelihoods import losses
+from sysid_ros.io import trajectory as trajectory_io
+from sysid_ros.io.config import ConfigError, config_error
+from sysid_ros.io.problem import Problem
+from sysid_ros.io.trajectory import DataError, Trajectory
+
+__all__ = [
+    'MIN_WINDOW_STEPS',
+    'NOISE_FLOOR',
+    'NEA_EDGE_SAMPLES',
+    'ShootingProblem',
+    'MethodData',
+    'check_bounds',
+    'estimate_noise_std',
+    'shooting_problem',
+    'segments',
+    'nea_samples',
+    'regressor_data',
+    'method_data',
+]
+
+# Fewest control steps per shooting window.
+MIN_WINDOW_STEPS = 2
+# Floor of the estimated noise std, relative to each observed dimension's spread.
+NOISE_FLOOR = 1e-3
+# Samples dropped at both ends of each trajectory for NEA (filter edge effects).
+NEA_EDGE_SAMPLES = 3
+
+
+def _error(problem: Problem, key: str, message: str) -> ConfigError:
+    return config_error(problem.config, key, message)
+
+
+def check_bounds(problem: Problem, method: str) -> None:
+    """Raise ConfigError naming the parameters without a finite min and max (min < max is
+    checked with the configuration)."""
+    spec = problem.spec
+    unbounded = [f'{name} [{lo:g}, {hi:g}]'
+                 for name, lo, hi in zip(spec.names, spec.lower_bounds, spec.upper_bounds)
+                 if not (np.isfinite(lo) and np.isfinite(hi))]
+    if unbounded:
+        raise _error(problem, 'parameters', f'{method} samples within the bounds and needs a '
+                     f'finite min and max for every parameter; unbounded: '
+                     f'{", ".join(unbounded)}')
+
+
+def _cut_pieces(problem: Problem, trajs: Sequence[Trajectory]):
+    """States (K, T + 1, S), commands (K, T, nv) of the pieces, and the layout (module doc)."""
+    windows = problem.config.estimator.shooting_windows
+    steps = [t.num_samples - 1 for t in trajs]
+    shortest = min(steps)
+    piece = (shortest // windows) * windows
+    if piece < MIN_WINDOW_STEPS * windows:
+        raise _error(problem, 'estimator.shooting_windows', f'expected at most '
+                     f'{max(shortest // MIN_WINDOW_STEPS, 1)} windows of >= {MIN_WINDOW_STEPS} '
+                     f'steps for the shortest trajectory ({shortest} steps at '
+                     f'{problem.config.data.rate:g} Hz), got {windows}')
+    states, controls = [], []
+    for traj in trajs:
+        x = np.concatenate([traj.q, traj.qd], axis=1)
+        for k in range((traj.num_samples - 1) // piece):
+            begin = k * piece
+            states.append(x[begin:begin + piece + 1])
+            controls.append(traj.tau[begin:begin + piece])
+    states, controls = np.stack(states), np.stack(controls)
+    info = {'num_pieces': len(states), 'piece_steps': piece, 'window_steps': piece // windows,
+            'shooting_windows': windows, 'dropped_steps': int(sum(steps) - len(states) * piece)}
+    return states, controls, info
+
+
+def estimate_noise_std(states: np.ndarray, nv: int) -> np.ndarray:
+    """(S,) noise std per state dimension of pieces (K, T + 1, S), see the module doc."""
+    third = np.diff(states, n=3, axis=1).reshape(-1, states.shape[-1])
+    mad = np.median(np.abs(third - np.median(third, axis=0)), axis=0)
+    sigma = 1.4826 * mad / np.sqrt(20.0)
+    spread = losses.floored_state_scale(states.reshape(-1, states.shape[-1]).std(axis=0), nv)
+    return np.maximum(sigma, NOISE_FLOOR * spread)
+
+
+def _noise_std(problem: Problem, states: np.ndarray) -> tuple[np.ndarray, str]:
+    dims = states.shape[-1]
+    given = problem.config.data.noise_std
+    if not given:
+        return estimate_noise_std(states, problem.model.nv), 'estimated'
+    if len(given) not in (1, dims):
+        raise _error(problem, 'data.noise_std', f'expected 1 value or {dims} (q of '
+                     f'{", ".join(problem.model.joint_names)}, then qd), got {len(given)}')
+    return np.broadcast_to(np.asarray(given, dtype=float), (dims,)).copy(), 'config'
+
+
+def shooting_problem(problem: Problem, trajs: Sequence[Trajectory]) -> ShootingProblem:
+    """Cut prepared trajectories into pieces and build the shooting likelihood (module doc).
+
+    Raises:
+      ConfigError: a window count that leaves windows of fewer than MIN_WINDOW_STEPS steps,
+        a `data.noise_std` of the wrong length.
+      DataError: no trajectory, NaN or inf in the data.
+    """
+    if not trajs:
+        raise DataError('no trajectories given')
+    cfg = problem.config
+    states, controls, info = _cut_pieces(problem, trajs)
+    noise, source = _noise_std(problem, states)
+    try:
+        setting = lik.make_shooting_likelihood(
+            problem.model, problem.dt, cfg.estimator.shooting_windows,
+            cfg.estimator.likelihood, integrator=cfg.model.integrator,
+            actuator=cfg.model.actuator, substeps=problem.substeps)
+        data = lik.make_trajectory_data(setting, states, controls, noise)
+    except ValueError as exc:
+        raise DataError(str(exc)) from exc
+    info.update(noise_std=[float(v) for v in noise], noise_std_source=source,
+                likelihood=cfg.estimator.likelihood)
+    return ShootingProblem(likelihood=setting, data=data, info=info)
+
+
+class ShootingProblem(NamedTuple):
+    """The measured data in the form the shooting likelihood takes.
+
+    Attributes:
+      likelihood: simulator, windows, observation model ([q; qd]) and combine form.
+      data: K pieces of T steps (`core.likelihood.TrajectoryData`).
+      info: plain description of the layout and the noise (goes into `FitResult.info`).
+    """
+
+    likelihood: lik.ShootingLikelihood
+    data: lik.TrajectoryData
+    info: dict
+
+
+def nea_samples(traj: Trajectory) -> dict[str, np.ndarray]:
+    """Inverse-dynamics samples of one trajectory for NEA: {q, qd, qdd, tau} (N, nv).
+
+    Without measured accelerations, q, qd and qdd come from a Savitzky-Golay filter of the
+    measurements (`trajectory.with_acceleration`). That symmetric estimate of qdd at t_k
+    averages the accelerations just before and after t_k; since `tau[k]` is held from t_k to
+    t_k+1 (the `Trajectory` convention, which DiffNEA integrates), the torque that goes with it
+    is the mean of the commands either side, (tau[k-1] + tau[k]) / 2. Measured accelerations
+    are used with the torques as they are. `NEA_EDGE_SAMPLES` are dropped at both ends, where
+    the filter is one-sided.
+    """
+    measured = traj.qdd is not None
+    traj = trajectory_io.with_acceleration(traj)
+    tau = traj.tau if measured else np.concatenate([traj.tau[:1],
+                                                    0.5 * (traj.tau[1:] + traj.tau[:-1])])
+    edge = NEA_EDGE_SAMPLES if traj.num_samples > 4 * NEA_EDGE_SAMPLES else 0
+    inner = slice(edge, traj.num_samples - edge)
+    return {'q': traj.q[inner], 'qd': traj.qd[inner], 'qdd': traj.qdd[inner], 'tau': tau[inner]}
+
+
+def regressor_data(problem: Problem, trajs: Sequence[Trajectory]
+                   ) -> point_estimators.RegressorData:
+    """NEA's data: the samples of all trajectories stacked (see `nea_samples`)."""
+    parts = {k: [] for k in ('q', 'qd', 'qdd', 'tau')}
+    for traj in trajs:
+        for k, v in nea_samples(traj).items():
+            parts[k].append(v)
+    arrays = {k: jnp.asarray(np.concatenate(v)) for k, v in parts.items()}
+    return _stack_regressor(problem.model, problem.base_params, arrays['q'], arrays['qd'],
+                            arrays['qdd'], arrays['tau'])
+
+
+_stack_regressor = jax.jit(point_estimators.make_regressor_data, static_argnums=0)
+
+
+def segments(problem: Problem, trajs: Sequence[Trajectory], horizon: int) -> losses.Segments:
+    """Rollout segments of `horizon` steps (at most the shortest trajectory's length).
+
+    Raises:
+      DataError: trajectories too short for one segment.
+    """
+    shortest = min(t.num_samples for t in trajs)
+    horizon = max(1, min(horizon, shortest - 1))
+    try:
+        return losses.make_segments([t.q for t in trajs], [t.qd for t in trajs],
+                                    [t.tau for t in trajs], horizon)
+    except ValueError as exc:
+        raise DataError(str(exc)) from exc
+
+
+class MethodData(NamedTuple):
+    """What a method needs beside its options.
+
+    Attributes:
+      target: model, spec and likelihood or loss for the method's factory.
+      data: the step's data (TrajectoryData, Segments or RegressorData).
+      info: plain description of the data (goes into `FitResult.info`).
+    """
+
+    target: Target
+    data: object
+    info: dict
+
+
+def method_data(problem: Problem, trajs: Sequence[Trajectory], kind: str) -> MethodData:
+    """The Target and the data of a registry data kind (module doc) from prepared
+    trajectories.
+
+    Raises:
+      ConfigError, DataError: as `shooting_problem` and `segments`.
+    """
+    cfg = problem.config
+    target = Target(model=problem.model, base_params=problem.base_params, spec=problem.spec,
+                    actuator=cfg.model.actuator)
+    if kind == 'shooting':
+        sp = shooting_problem(problem, trajs)
+        return MethodData(target._replace(likelihood=sp.likelihood), sp.data, sp.info)
+    if kind == 'segments':
+        loss_fn = losses.make_loss_fn(problem.model, cfg.estimator.loss, problem.dt,
+                                      integrator=cfg.model.integrator,
+                                      actuator=cfg.model.actuator, substeps=problem.substeps)
+        data = segments(problem, trajs, cfg.estimator.rollout_horizon)
+        return MethodData(target._replace(loss_fn=loss_fn), data,
+                          {'num_segments': data.num_segments, 'horizon': data.horizon})
+    if kind == 'regressor':
+        return MethodData(target, regressor_data(problem, trajs), {})
+    raise ValueError(f'unknown data kind {kind!r}; expected one of {registry.DATA_KINDS}')

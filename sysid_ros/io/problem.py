@@ -1,0 +1,246 @@
+"""An identification problem without its data: configuration -> model, nominal parameters,
+ParameterSpec and time step; trajectories ordered and resampled for it; the identified URDF.
+
+  * `build_problem(config)`: the robot from `model.urdf` (a file, URDF XML or
+    `example-robot-data:NAME`, with every joint outside `model.joints` locked) or from
+    `model.builder` + `model.builder_args` (`core.model.builders.BUILDERS`); the parameters
+    to identify from `parameters` (`core.model.parameters.make_parameter_spec`). A
+    `model.mechanism` (planar closed chain, `core.constrained.mechanisms`) makes a
+    `MechanismProblem` instead, identified by the factor graph (`io.mechanism_fit`).
+  * `prepare_trajectories(problem, trajectories)`: load files, order joints by name,
+    resample to `data.rate`.
+  * `identified_urdf(problem, theta)`: the URDF with identified values written in.
+
+Conventions: the control period is dt = 1 / `data.rate`; `model.dt` (if given) is the
+integration step, so each command is integrated with round(1 / (rate dt)) substeps. The
+state vector follows the model's joint order (parents before children); data files are
+matched to it by joint name, so the order of `model.joints` does not matter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from sysid_ros.core.constrained import mechanisms
+from sysid_ros.core.model import builders
+from sysid_ros.core.model.parameters import ParameterSpec
+from sysid_ros.core.model.types import Params, RobotModel
+from sysid_ros.io import config as config_io
+from sysid_ros.io import model_io
+from sysid_ros.io import trajectory as trajectory_io
+from sysid_ros.io import urdf_export
+from sysid_ros.io.config import Config, config_error
+from sysid_ros.io.trajectory import DataError, Trajectory
+
+__all__ = [
+    'Problem',
+    'MechanismProblem',
+    'build_problem',
+    'prepare_trajectories',
+    'identified_urdf',
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """An identification problem without its data.
+
+    Attributes:
+      config: the validated configuration.
+      model: static tree (state order = `model.joint_names`).
+      base_params: nominal Params (URDF or builder values): every parameter not in the spec.
+      spec: the parameters to identify.
+      dt: control (sample) period [s] = 1 / data.rate.
+      substeps: integration steps per control period.
+    """
+
+    config: Config
+    model: RobotModel
+    base_params: Params
+    spec: ParameterSpec
+    dt: float
+    substeps: int = 1
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.spec.names
+
+    @property
+    def joint_names(self) -> tuple[str, ...]:
+        return self.model.joint_names
+
+
+
+@dataclasses.dataclass(frozen=True)
+class MechanismProblem:
+    """A planar closed-chain mechanism to identify with `factor_graph`.
+
+    Attributes:
+      config: the validated configuration (`model.mechanism`).
+      mechanism: static description (`core.mechanisms.Mechanism`).
+      base_params: nominal `MechanismParams` (builder values): every parameter not identified.
+      q_branch: (n,) an assembled configuration [m]; it picks the assembly branch.
+      names: parameters to identify ('<bar>.mass' [kg], '<angle bar>.damping' [N m s/rad]).
+      dt: sample period [s] = 1 / data.rate.
+    """
+
+    config: Config
+    mechanism: mechanisms.Mechanism
+    base_params: mechanisms.MechanismParams
+    q_branch: np.ndarray
+    names: tuple[str, ...]
+    dt: float
+
+    @property
+    def joint_names(self) -> tuple[str, ...]:
+        """The angle bars: their angles and rates are the data's q and qd."""
+        return tuple(self.mechanism.bar_names[k] for k in self.mechanism.angle_bars)
+
+
+
+def _load_model(config: Config) -> tuple[RobotModel, Params]:
+    cfg = config.model
+    joints = tuple(cfg.joints)
+    if cfg.urdf is not None:
+        try:
+            pmodel = model_io.load_pinocchio(cfg.urdf)
+        except model_io.ModelError as exc:
+            raise config_error(config, 'model.urdf', str(exc)) from exc
+        movable = list(pmodel.names[1:])          # example robots: default locks applied
+        unknown = [j for j in joints if j not in movable]
+        if unknown:
+            raise config_error(config, 'model.joints', f'no joint named {unknown[0]!r} in the '
+                                f'URDF; movable joints: {", ".join(movable)}')
+        try:
+            return model_io.load_urdf(cfg.urdf, keep_joints=list(joints) or None)
+        except model_io.ModelError as exc:
+            raise config_error(config, 'model.urdf', str(exc)) from exc
+    try:
+        model, params = builders.BUILDERS[cfg.builder](**cfg.builder_args)
+    except KeyError:
+        raise config_error(config, 'model.builder', f'expected one of '
+                            f'{" | ".join(builders.BUILDERS)}, got {cfg.builder!r}') from None
+    except (TypeError, ValueError) as exc:
+        raise config_error(config, 'model.builder_args', str(exc)) from exc
+    unknown = [j for j in joints if j not in model.joint_names]
+    if unknown:
+        raise config_error(config, 'model.joints', f'no joint named {unknown[0]!r} in builder '
+                            f'{cfg.builder!r}; joints: {", ".join(model.joint_names)}')
+    if joints and set(joints) != set(model.joint_names):
+        missing = [j for j in model.joint_names if j not in joints]
+        raise config_error(config, 'model.joints', f'builder {cfg.builder!r} cannot lock '
+                            f'joints; expected all of {", ".join(model.joint_names)} '
+                            f'(missing {", ".join(missing)})')
+    return model, params
+
+
+def build_problem(config: Config | str) -> Problem | MechanismProblem:
+    """Configuration (or a YAML path) -> Problem (MechanismProblem for a model.mechanism).
+
+    Raises:
+      ConfigError: unknown URDF/builder, joints that the model does not have, parameters of
+        unknown links or joints, an integration step that does not divide the sample period.
+    """
+    if not isinstance(config, Config):
+        config = config_io.load_yaml(config)
+    if config.model.mechanism is not None:
+        return _build_mechanism_problem(config)
+    model, params = _load_model(config)
+    spec = config_io.parameter_spec(config, model)
+    dt = 1.0 / config.data.rate
+    substeps = 1
+    if config.model.dt is not None:
+        ratio = dt / config.model.dt
+        substeps = int(round(ratio))
+        if substeps < 1 or abs(ratio - substeps) > 1e-6 * ratio:
+            raise config_error(config, 'model.dt', f'expected 1 / data.rate = {dt:g} s divided '
+                                f'by a whole number, got {config.model.dt:g} s')
+    return Problem(config=config, model=model, base_params=params, spec=spec, dt=dt,
+                   substeps=substeps)
+
+
+def prepare_trajectories(problem: Problem, trajectories: Sequence[Trajectory | str]
+                         ) -> list[Trajectory]:
+    """Load paths, order the columns like the model's joints and resample to `data.rate`.
+
+    Raises:
+      DataError: unreadable data, a joint of the model missing, a trajectory too short.
+    """
+    if not trajectories:
+        raise DataError('no trajectories given')
+    joints = problem.joint_names
+    out = []
+    for item in trajectories:
+        if isinstance(item, Trajectory):
+            traj = item
+            if traj.joint_names and tuple(traj.joint_names) != joints:
+                missing = [j for j in joints if j not in traj.joint_names]
+                if missing:
+                    raise DataError(f'{traj.source or "trajectory"}: joint_names: no data for '
+                                    f'joint {missing[0]!r}; it has {list(traj.joint_names)}')
+                order = [list(traj.joint_names).index(j) for j in joints]
+                traj = dataclasses.replace(
+                    traj, q=traj.q[:, order], qd=traj.qd[:, order], tau=traj.tau[:, order],
+                    qdd=None if traj.qdd is None else traj.qdd[:, order], joint_names=joints)
+            traj = trajectory_io.validate_trajectory(traj)
+        else:
+            traj = trajectory_io.load_trajectory(item, joints)
+        if traj.nv != len(joints):
+            raise DataError(f'{traj.source or "trajectory"}: q: expected {len(joints)} '
+                            f'joints, got {traj.nv}')
+        if abs(traj.dt * problem.config.data.rate - 1.0) > trajectory_io.UNIFORM_RTOL:
+            traj = trajectory_io.resample(traj, problem.config.data.rate)
+        out.append(traj)
+    return out
+
+
+
+def identified_urdf(problem: Problem, theta) -> str | None:
+    """URDF text with the parameters `theta` (M,) written in.
+
+    The configured URDF is updated (merged fixed links keep their values); a builder's model
+    gets a URDF of its own; a planar mechanism has none (None).
+    """
+    if isinstance(problem, MechanismProblem):
+        return None
+    params = problem.spec.to_params(jnp.asarray(theta), problem.base_params)
+    source = problem.config.model.urdf
+    if source is None:
+        return urdf_export.model_to_urdf(problem.model, params)
+    if source.startswith(model_io.EXAMPLE_ROBOT_PREFIX):
+        source, _ = model_io.example_robot_urdf(source[len(model_io.EXAMPLE_ROBOT_PREFIX):])
+    if not source.lstrip().startswith('<'):
+        with open(source, encoding='utf-8') as f:
+            source = f.read()
+    return urdf_export.update_urdf(source, problem.model, problem.base_params, params)
+
+
+
+def _build_mechanism_problem(config: Config) -> MechanismProblem:
+    from sysid_ros.graph import identification   # gtsam is imported only for mechanisms
+    cfg = config.model
+    try:
+        mech, params, q_branch = mechanisms.MECHANISMS[cfg.mechanism](**cfg.builder_args)
+    except (TypeError, ValueError) as exc:
+        raise config_error(config, 'model.builder_args', str(exc)) from exc
+    joints = tuple(mech.bar_names[k] for k in mech.angle_bars)
+    if cfg.joints and set(cfg.joints) != set(joints):
+        raise config_error(config, 'model.joints', f'mechanism {cfg.mechanism!r} has the '
+                            f'angle coordinates {", ".join(joints)}; got {list(cfg.joints)}')
+    known = identification.parameter_names(mech)
+    for name in config.parameters.names:
+        if name not in known:
+            raise config_error(config, f'parameters.{name}', f'not a parameter of mechanism '
+                                f'{cfg.mechanism!r}; expected one of {", ".join(known)}')
+        if not all(map(math.isfinite, config.parameters.bounds[name])):
+            raise config_error(config, f'parameters.{name}', 'factor_graph needs finite min '
+                                'and max (its Gaussian prior has std (max - min) / 4)')
+    return MechanismProblem(config=config, mechanism=mech, base_params=params,
+                            q_branch=np.asarray(q_branch), names=config.parameters.names,
+                            dt=1.0 / config.data.rate)
+

@@ -1,0 +1,199 @@
+"""Synthetic recordings and held-out scores: the model simulated under a smooth random
+excitation (`simulate`, for demos, tests and benchmarks), the excitation itself (used by the
+`sim_robot` node too), rollouts of measured segments (`prediction_error`)."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sysid_ros.core.constrained import mechanisms
+from sysid_ros.core.dynamics import integrators, rigid_body
+from sysid_ros.core.model.types import Params, RobotModel
+from sysid_ros.io import estimator_data
+from sysid_ros.io.problem import MechanismProblem, Problem, prepare_trajectories
+from sysid_ros.io.trajectory import DataError, Trajectory
+
+__all__ = [
+    'rollout',
+    'rollout_batch',
+    'typical_torque',
+    'excitation',
+    'simulate',
+    'prediction_error',
+]
+
+rollout = jax.jit(integrators.rollout, static_argnames=('integrator', 'actuator', 'substeps'))
+
+
+@functools.partial(jax.jit, static_argnames=('integrator', 'actuator', 'substeps'))
+def rollout_batch(model, params, x0, controls, dt, integrator, actuator, substeps):
+    """`integrators.rollout` vmapped over initial states (S, 2 nv) and controls (S, H, nv)."""
+    def one(x, u):
+        return integrators.rollout(model, params, x, u, dt, integrator=integrator,
+                                   actuator=actuator, substeps=substeps)
+    return jax.vmap(one)(x0, controls)
+
+
+@jax.jit
+def _gravity_and_inertia(model: RobotModel, params: Params, q):
+    """Gravity torques (S, nv) and mass-matrix diagonals (S, nv) at configurations (S, nv)."""
+    def one(qi):
+        zero = jnp.zeros_like(qi)
+        return (rigid_body.rnea(model, params, qi, zero, zero),
+                jnp.diag(rigid_body.crba(model, params, qi)))
+    return jax.vmap(one)(q)
+
+
+def typical_torque(model: RobotModel, params: Params, rng: np.random.Generator) -> np.ndarray:
+    """(nv,) typical torque per joint: spread of gravity torques plus mass-matrix diagonal
+    times 1 rad/s^2, over random configurations."""
+    lo = np.where(np.isfinite(model.q_min), model.q_min, -np.pi)
+    hi = np.where(np.isfinite(model.q_max), model.q_max, np.pi)
+    q = jnp.asarray(rng.uniform(lo, hi, size=(32, model.nv)))
+    gravity, mass = _gravity_and_inertia(model, params, q)
+    return np.asarray(jnp.std(gravity, axis=0) + jnp.mean(mass, axis=0))
+
+
+def excitation(t: np.ndarray, scale: np.ndarray, rng: np.random.Generator,
+               num_sines: int = 5, max_frequency: float = 1.0) -> np.ndarray:
+    """Smooth random torques: per joint a sum of `num_sines` sinusoids.
+
+    Frequencies are uniform in [0.1, max_frequency] Hz, phases uniform, amplitudes uniform
+    and normalised so the peak of each joint's sum is at most `scale[j]`.
+
+    Args:
+      t: (T,) times [s].
+      scale: (nv,) peak torque per joint [N m].
+      rng: NumPy generator.
+
+    Returns:
+      (T, nv) torques [N m].
+    """
+    nv = len(scale)
+    freq = rng.uniform(0.1, max_frequency, size=(num_sines, nv))
+    phase = rng.uniform(0.0, 2.0 * np.pi, size=(num_sines, nv))
+    amp = rng.uniform(0.5, 1.0, size=(num_sines, nv))
+    amp = amp / amp.sum(axis=0) * np.asarray(scale)
+    return np.sum(amp[None] * np.sin(2 * np.pi * freq[None] * t[:, None, None] + phase[None]),
+                  axis=1)
+
+
+def simulate(problem: Problem, params: Params | None = None, duration: float = 10.0,
+             noise: float = 0.0, seed: int = 0, torque_scale: float = 1.0,
+             x0=None) -> Trajectory:
+    """Simulate the model under a random smooth excitation and add sensor noise.
+
+    The commands are `excitation(...)` with peaks of `torque_scale` times a typical torque of
+    each joint (gravity spread + inertia, see `typical_torque`), clipped to the effort limits;
+    the model is integrated with the configured integrator, actuator and substeps, starting
+    at rest at q = 0 (clipped into the joint limits). Noise: independent N(0, noise^2) added
+    to every q [rad, m] and qd [rad/s, m/s] sample; the torques are the exact commands.
+
+    Args:
+      problem: the problem (model, integrator, actuator, rate).
+      params: true parameters (default: the nominal `problem.base_params`).
+      duration: [s].
+      noise: sensor noise standard deviation.
+      seed: seed of the excitation and the noise.
+      torque_scale: excitation strength.
+      x0: (2 nv,) initial state (default: at rest at q = 0).
+
+    Returns:
+      Trajectory with T = round(duration / dt) + 1 samples (tau of the last sample repeats
+      the previous command).
+    """
+    if isinstance(problem, MechanismProblem):
+        return _simulate_mechanism(problem, params, duration, noise, seed, torque_scale)
+    model, cfg = problem.model, problem.config
+    params = problem.base_params if params is None else params
+    rng = np.random.default_rng(seed)
+    num = int(round(duration / problem.dt))
+    t = np.arange(num + 1) * problem.dt
+    scale = torque_scale * typical_torque(model, params, rng)
+    limit = np.asarray(model.effort_max if model.effort_max else [np.inf] * model.nv, float)
+    limit = np.where(limit > 0.0, limit, np.inf)            # 0: no limit given in the URDF
+    controls = np.clip(excitation(t[:-1], scale, rng), -limit, limit)
+    if x0 is None:
+        q0 = np.clip(np.zeros(model.nv), model.q_min or -np.inf, model.q_max or np.inf)
+        x0 = np.concatenate([q0, np.zeros(model.nv)])
+    states = np.asarray(rollout(model, params, jnp.asarray(x0, float), jnp.asarray(controls),
+                                 problem.dt, integrator=cfg.model.integrator,
+                                 actuator=cfg.model.actuator, substeps=problem.substeps))
+    if not np.all(np.isfinite(states)):
+        raise DataError('simulate: the simulation diverged; lower the excitation or the step')
+    q, qd = states[:, :model.nv], states[:, model.nv:]
+    if noise > 0.0:
+        q = q + rng.normal(0.0, noise, q.shape)
+        qd = qd + rng.normal(0.0, noise, qd.shape)
+    tau = np.concatenate([controls, controls[-1:]], axis=0)
+    return Trajectory(t=t, q=q, qd=qd, tau=tau, joint_names=model.joint_names,
+                      source='simulate')
+
+
+def prediction_error(problem: Problem, theta, trajectory: Trajectory, horizon: int = 100
+                     ) -> dict[str, float]:
+    """Score parameters by simulating held-out data.
+
+    The trajectory is cut into segments of `horizon` steps; each is simulated from its
+    measured start under the measured commands.
+
+    Args:
+      problem: the problem.
+      theta: (M,) physical parameter values.
+      trajectory: held-out data on the problem's time grid.
+      horizon: steps per segment.
+
+    Returns:
+      {'nmse': normalised mean squared state error [-] (the rollout loss),
+       'rmse_q': root mean squared joint-position error [rad or m],
+       'rmse_qd': root mean squared joint-velocity error [rad/s or m/s]}.
+    """
+    traj = prepare_trajectories(problem, [trajectory])[0]
+    segments = estimator_data.segments(problem, [traj], horizon)
+    params = problem.spec.to_params(jnp.asarray(theta, float), problem.base_params)
+    cfg = problem.config
+    nv = problem.model.nv
+
+    predicted = np.asarray(rollout_batch(
+        problem.model, params, segments.x0, segments.controls, problem.dt,
+        integrator=cfg.model.integrator, actuator=cfg.model.actuator,
+        substeps=problem.substeps))[:, 1:]
+    error = predicted - np.asarray(segments.targets)
+    scale = np.asarray(segments.state_scale)
+    finite = np.all(np.isfinite(error))
+    return {'nmse': float(np.mean(np.square(error / scale))) if finite else math.inf,
+            'rmse_q': float(np.sqrt(np.mean(np.square(error[..., :nv])))) if finite
+            else math.inf,
+            'rmse_qd': float(np.sqrt(np.mean(np.square(error[..., nv:])))) if finite
+            else math.inf}
+
+
+
+def _simulate_mechanism(problem: MechanismProblem, params, duration: float, noise: float,
+                        seed: int, torque_scale: float) -> Trajectory:
+    """Angle-coordinate encoders and rates (noise std `noise`) of the mechanism under a smooth
+    random torque (peaks `torque_scale` times `mechanisms.typical_torque`), simulated by RK4
+    in the angle coordinates at dt / 20 from rest at the builder's configuration."""
+    from sysid_ros.graph import identification
+    mech = problem.mechanism
+    params = problem.base_params if params is None else params
+    num = int(round(duration / problem.dt))
+    scale = torque_scale * np.asarray(mechanisms.typical_torque(mech, params,
+                                                                problem.q_branch))
+
+    def torque(t):
+        return excitation(t, scale, np.random.default_rng(seed))
+
+    u, _, _, angle, rate = identification.simulate_sensors(
+        mech, params, problem.q_branch, torque, problem.dt, num, encoder_sigma=noise,
+        gyro_bar=list(mech.angle_bars), gyro_sigma=noise, seed=seed)
+    if not (np.all(np.isfinite(angle)) and np.all(np.isfinite(rate))):
+        raise DataError('simulate: the simulation diverged; lower the excitation or the step')
+    return Trajectory(t=np.arange(num + 1) * problem.dt, q=angle, qd=rate,
+                      tau=np.concatenate([u, u[-1:]]), joint_names=problem.joint_names,
+                      source='simulate')
