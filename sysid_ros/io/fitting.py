@@ -276,8 +276,11 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
         estimator_data.check_bounds(problem, method)
     prepared = estimator_data.method_data(problem, trajs, entry.data)
     options = method_options(problem, iterations)
-    theta_init = particles.initial_particles(spec, problem.base_params, options.num_particles,
-                                             seed, theta0)
+    try:
+        theta_init = particles.initial_particles(spec, problem.base_params,
+                                                 options.num_particles, seed, theta0)
+    except ValueError as exc:
+        raise _method_error(problem, exc) from exc
     est = compiled_estimator(problem, method, prepared.target, options)
     data = prepared.data
     try:

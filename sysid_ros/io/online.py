@@ -21,8 +21,8 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
     (uniform within the bounds: a Gaussian of zero precision, so every window runs the same
     compiled step); a warm-start file counts as a previous posterior.
   * What carries over between windows is the estimator's `rebase` (`core.inference.methods`:
-    for CSVGD the particles and Adam's moments of the parameters; the shooting states restart
-    on the new window's measurements and the multipliers at zero).
+    for CSVGD the particles; the shooting states restart on the new window's measurements,
+    the multipliers at zero and Adam's moments afresh). The first window `init`s it.
   * Jitter: before each window every particle gets Gaussian noise of std `online.jitter`
     times its parameter's bounds width, clipped into the bounds.
   * Predictive effective sample size: the first step's `StepInfo` describes the jittered
