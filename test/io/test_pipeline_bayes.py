@@ -12,12 +12,15 @@ import dataclasses
 import os
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import yaml
 
 from sysid_ros import cli
-from sysid_ros.core.inference import particles
+from sysid_ros.core.inference import particles, registry
+from sysid_ros.core.inference.base import StepInfo
 from sysid_ros.io import estimator_data, fitting
 from sysid_ros.io import config as config_io
 from sysid_ros.io import pipeline
@@ -77,10 +80,10 @@ def csvgd_fit(problem, traj):
 
 @pytest.fixture
 def no_compilation(monkeypatch):
-    """Building an estimator (the first step towards compiling one) fails the test."""
+    """Running the estimator's (jitted) steps fails the test: bad input must stop before."""
     def refuse(*args, **kwargs):
-        raise AssertionError('an estimator was built before the input was checked')
-    monkeypatch.setattr(fitting, 'compiled_estimator', refuse)
+        raise AssertionError('the steps ran before the input was checked')
+    monkeypatch.setattr(fitting, 'run_steps', refuse)
 
 
 def test_all_names_import():
@@ -138,6 +141,24 @@ def test_other_methods_take_a_few_steps(traj, method):
         assert 0.0 <= result.info['acceptance'] <= 1.0
     if method in ('nuts', 'sgld'):
         assert result.info['step_size'] > 0.0
+    # The contract on the estimator that the fit ran (the compile cache's): the same StepInfo
+    # fields for every method, a (P, M) posterior, and rebase onto new data at given particles.
+    prepared = estimator_data.method_data(problem, pipeline.prepare_trajectories(problem, [traj]),
+                                          registry.lookup(method).data)
+    est = fitting.compiled_estimator(problem, method, prepared.target,
+                                     fitting.method_options(problem, 3))
+    theta0 = particles.initial_particles(problem.spec, problem.base_params, PARTICLES)
+    state = est.init(jax.random.PRNGKey(0), jnp.asarray(theta0), prepared.data)
+    state, info = est.step(state, prepared.data, None)
+    assert isinstance(info, StepInfo)
+    assert all(np.shape(v) == (PARTICLES,) for v in (info.loss, info.grad_norm, info.max_defect))
+    assert np.shape(info.num_nonfinite) == () and np.shape(info.converged) == ()
+    assert np.asarray(est.posterior(state)).shape == (PARTICLES, 4)
+    rebased = est.rebase(state, jnp.asarray(theta0), prepared.data)
+    if method != 'cem':                  # CEM's population is drawn from its new mixture
+        np.testing.assert_allclose(est.posterior(rebased), theta0, rtol=1e-9)
+    _, again = est.step(rebased, prepared.data, None)
+    assert np.all(np.isfinite(np.asarray(again.loss)))
 
 
 def test_ctrl_c_keeps_the_latest_particles(problem, traj, csvgd_fit):
