@@ -87,7 +87,7 @@ from sysid_ros.io.errors import InputError
 from sysid_ros.io.window_buffer import WindowBuffer
 from sysid_ros.ros import messages
 
-__all__ = ['EXIT_BAD_CONFIG', 'EXIT_MISMATCH', 'ModelMismatch', 'Estimator', 'matrix_message',
+__all__ = ['EXIT_BAD_CONFIG', 'EXIT_MISMATCH', 'ModelMismatch', 'EstimatorNode', 'matrix_message',
            'main']
 
 EXIT_BAD_CONFIG = 2
@@ -112,7 +112,7 @@ def matrix_message(values, row_label: str, columns) -> Float64MultiArray:
     return msg
 
 
-class Estimator(Node):
+class EstimatorNode(Node):
     """The live estimator node (see the module doc for parameters, topics and services)."""
 
     def __init__(self, **kwargs):
@@ -440,7 +440,7 @@ def main(args=None) -> int:
     try:
         with rclpy.init(args=args):
             try:
-                node = Estimator()
+                node = EstimatorNode()
                 rclpy.spin(node)
             except (KeyboardInterrupt, ExternalShutdownException):
                 pass

@@ -261,7 +261,7 @@ def from_unconstrained(z) -> StringParams:
     return StringParams(jnp.exp(z[0]), z[1:4], z[4])
 
 
-class FitResult(NamedTuple):
+class StringFit(NamedTuple):
     """Outcome of `fit_string`.
 
     Attributes:
@@ -281,7 +281,7 @@ class FitResult(NamedTuple):
 
 
 def fit_string(cup: BallInCup, windows: Windows, string0: StringParams, dt,
-               iterations: int = 20) -> FitResult:
+               iterations: int = 20) -> StringFit:
     """Identify StringParams and the window start states by Levenberg-Marquardt.
 
     Multiple shooting with free start states (6 per window) avoids the bias that noisy
@@ -342,7 +342,7 @@ def fit_string(cup: BallInCup, windows: Windows, string0: StringParams, dt,
     std_z = jnp.sqrt(jnp.diag(value / dof * jnp.linalg.inv(schur)))
     string = from_unconstrained(z)
     std = StringParams(string.length * std_z[0], std_z[1:4], std_z[4])
-    return FitResult(string, std, starts, jnp.sqrt(value / n), jnp.sqrt(value0 / n),
+    return StringFit(string, std, starts, jnp.sqrt(value / n), jnp.sqrt(value0 / n),
                      jnp.asarray(iterations))
 
 
