@@ -286,7 +286,7 @@ class OnlineSession:
         if jitter > 0.0:
             theta = theta + self._rng.normal(size=theta.shape) * jitter * (self.upper
                                                                           - self.lower)
-        return np.clip(theta, self.lower, self.upper)
+        return theta            # `_start` holds the particles inside the bounds
 
     # ------------------------------------------------------------------------------------------
     # Update

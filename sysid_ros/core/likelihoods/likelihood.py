@@ -453,8 +453,7 @@ def log_likelihood(likelihood: ShootingLikelihood, params: Params, shooting: jax
     windows = simulate_windows(likelihood, params, data.x0, shooting, data.controls)
     predicted = observe(likelihood, params, predicted_trajectories(windows))
     residual = (predicted - data.observations) / data.noise_std
-    num_samples = data.observations.shape[1]
-    log_norm = num_samples * jnp.sum(jnp.log(jnp.sqrt(2.0 * jnp.pi) * data.noise_std))
+    log_norm = _trajectory_log_normaliser(data)
     per_trajectory = -0.5 * jnp.sum(jnp.square(residual), axis=(1, 2)) - log_norm
     if likelihood.combine == 'product':
         log_lik = jnp.sum(per_trajectory)
@@ -464,12 +463,18 @@ def log_likelihood(likelihood: ShootingLikelihood, params: Params, shooting: jax
     return LikelihoodTerms(log_lik=log_lik, per_trajectory=per_trajectory, defects=defects)
 
 
+def _trajectory_log_normaliser(data: TrajectoryData) -> jax.Array:
+    """() log normaliser of one trajectory's Gaussian noise: (T + 1) sum_o log(sqrt(2 pi) s_o)."""
+    num_samples = data.observations.shape[1]
+    return num_samples * jnp.sum(jnp.log(jnp.sqrt(2.0 * jnp.pi) * data.noise_std))
+
+
 def residual_normaliser(likelihood: ShootingLikelihood, data: TrajectoryData
                         ) -> tuple[jax.Array, int]:
     """(c, n) with `residual_loss` = -2 (log_lik + c) / n: c the log normaliser of the
     Gaussian noise, n the number of observed values (per trajectory under 'sum')."""
     k, num_samples, num_obs = data.observations.shape
-    log_norm = num_samples * jnp.sum(jnp.log(jnp.sqrt(2.0 * jnp.pi) * data.noise_std))
+    log_norm = _trajectory_log_normaliser(data)
     if likelihood.combine == 'product':
         return k * log_norm, k * num_samples * num_obs
     return log_norm, num_samples * num_obs
