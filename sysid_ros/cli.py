@@ -10,6 +10,10 @@ import pathlib
 import sys
 import time
 
+# Exit status of `sysid fit` when the fit did not converge or shows a symptom of failure (a
+# WARNING line names each; the results are written all the same). 130: Ctrl-C; 2: bad input.
+FIT_NOT_CONVERGED = 3
+
 # Subcommand modules import JAX lazily so `sysid --help` stays fast; float64 is switched on
 # here, at the entry point, never inside the core.
 
@@ -112,7 +116,7 @@ def _format_table(headers, rows) -> str:
 
 
 def _estimate_table(result) -> str:
-    rows = [(name, f'{result.initial[:, k].mean():.6g}', f'{result.mean[k]:.6g}',
+    rows = [(name, f'{result.initial[:, k].mean():.6g}', f'{result.estimate[k]:.6g}',
              f'{result.std[k]:.3g}', f'[{result.lower[k]:g}, {result.upper[k]:g}]')
             for k, name in enumerate(result.names)]
     return _format_table(('parameter', 'initial', 'estimate', 'std', 'bounds'), rows)
@@ -136,7 +140,7 @@ def _cmd_fit(args) -> int:
     progress = _Progress(f'sysid fit [{method}]')
     try:
         result = pipeline.fit(problem, trajectories, progress=progress, method=method,
-                              iterations=args.iterations)
+                              iterations=args.iterations, log=_log_line)
     finally:
         progress.close()
     extra = {'config': os.path.abspath(args.config)}
@@ -149,8 +153,8 @@ def _cmd_fit(args) -> int:
                                                'held-out' if held_out else 'training')
     else:
         extra['data'] = [os.path.abspath(p) for p in args.data]
-    out = results.write_results(args.out, result, extra=extra,
-                                urdf=pipeline.identified_urdf(problem, result.mean),
+    urdf = pipeline.identified_urdf(problem, result.estimate)
+    out = results.write_results(args.out, result, extra=extra, urdf=urdf,
                                 metrics=scores, figures=figures)
     print(_estimate_table(result))
     if scores is not None:
@@ -162,7 +166,13 @@ def _cmd_fit(args) -> int:
         print(f'sysid fit: interrupted; wrote the best result so far to {out}',
               file=sys.stderr)
         return 130
-    return 0
+    for line in result.warnings:
+        print(f'WARNING {line}', file=sys.stderr)
+    return FIT_NOT_CONVERGED if result.warnings else 0
+
+
+def _log_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _read_bag_split(problem, bag: str):
@@ -433,7 +443,7 @@ def _cmd_demo(args) -> int:
         row = [name + ('' if identifiable[k] else ' (-)'), f'{theta_true[k]:.5g}',
                f'{theta_guess[k]:.5g}']
         for method in fits:
-            value = fits[method].mean[k]
+            value = fits[method].estimate[k]
             row.append(f'{value:.5g}')
             row.append(_error_text(value, theta_true[k], spec.attributes[k])
                        if identifiable[k] else '')
@@ -441,7 +451,7 @@ def _cmd_demo(args) -> int:
     table = _format_table(('parameter', 'true', 'initial', 'NEA', 'err', 'DiffNEA', 'err'),
                           rows)
     scores = {'true': theta_true, 'initial': theta_guess,
-              **{m: fits[m].mean for m in fits}}
+              **{m: fits[m].estimate for m in fits}}
     horizon = int(round(0.5 / problem.dt))
     errors = {label: pipeline.prediction_error(problem, theta, held_out, horizon=horizon)
               for label, theta in scores.items()}
@@ -494,7 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--seed', type=int, default=0)
     p.set_defaults(func=_cmd_verify)
 
-    p = sub.add_parser('fit', help='identify parameters from recorded trajectories')
+    p = sub.add_parser('fit', help='identify parameters from recorded trajectories (exit '
+                       f'status {FIT_NOT_CONVERGED}: not converged, see the WARNING lines)')
     p.add_argument('--config', required=True, help='problem configuration (YAML)')
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument('--data', nargs='+', metavar='PATH',

@@ -40,6 +40,8 @@ __all__ = [
     'ACTUATORS',
     'INTEGRATORS',
     'METHODS',
+    'WINDOW_WORDS',
+    'INITS',
     'POINT_METHODS',
     'BAYESIAN_METHODS',
     'GRAPH_METHODS',
@@ -74,6 +76,8 @@ GRAPH_METHODS = ('factor_graph',)         # planar mechanisms (model.mechanism),
 METHODS = BAYESIAN_METHODS + POINT_METHODS + GRAPH_METHODS
 LIKELIHOODS = ('product', 'sum')
 LOSSES = ('one_step', 'rollout')
+WINDOW_WORDS = ('auto', 'all')
+INITS = ('point', 'sobol')
 TORQUE_FROM_JOINT_STATES = 'joint_states.effort'
 TORQUE_SAMPLES = ('held', 'instantaneous')
 
@@ -139,7 +143,8 @@ def _describe(kind: str, meta: Mapping[str, Any]) -> str:
     what = {'float': 'number', 'int': 'int', 'str': 'non-empty string', 'topic': 'topic name',
             'str_list': 'list of non-empty strings', 'topic_list': 'list of topic names',
             'float_list': 'number or list of numbers', 'map': 'map'}[kind]
-    return what + _range(meta)
+    words = ''.join(f' or {w}' for w in meta.get('words', ()))
+    return what + _range(meta) + words
 
 
 def _check_range(value, meta, path, key, what):
@@ -165,6 +170,9 @@ def _validate(value, meta: Mapping[str, Any], path, key):
     kind = meta['kind']
     if value is None and meta.get('optional'):
         return None
+    words = meta.get('words', ())
+    if isinstance(value, str) and value in words:
+        return value
     choices = meta.get('choices')
     if choices is not None:
         if value not in choices:
@@ -434,13 +442,20 @@ class EstimatorConfig:
     """`estimator:` the inference method and its settings.
 
     Attributes:
-      method: one of METHODS: point estimators (POINT_METHODS: diffnea, nea) or Bayesian ones
-        (BAYESIAN_METHODS: csvgd, svgd, sgld, nuts, emcee, cem; see `io.bayes`).
+      method: one of METHODS: point estimators (POINT_METHODS: lm, the default; diffnea,
+        nea) or Bayesian ones (BAYESIAN_METHODS: csvgd, svgd, sgld, nuts, emcee, cem).
       particles: number of particles: restarts of a point estimator; particles, chains,
         walkers or population size of a Bayesian one.
-      iterations: optimiser / sampler steps.
-      shooting_windows: windows per trajectory piece of the Bayesian methods' multiple-shooting
-        likelihood (1: single shooting); each window must span at least 2 steps.
+      iterations: most optimiser / sampler steps (a method stops earlier once converged).
+      window: duration of one shooting window [s] of the output-error methods (lm and the
+        Bayesian ones); `auto` (default): chosen from the data (`io.estimator_data`);
+        `all`: the shortest trajectory is one piece of `shooting_windows` windows.
+      shooting_windows: windows per trajectory piece (consecutive windows joined by free
+        shooting states, CSVGD's multiple shooting; 1: every window starts at its measured
+        state); each window must span at least 2 steps.
+      init: where the Bayesian methods start: `point` (default: from the lm estimate and its
+        Laplace covariance, clipped into the bounds) or `sobol` (Sobol points over the
+        bounds, for multimodal problems).
       learning_rate: step size: Adam's (in unconstrained coordinates) for diffnea, csvgd and
         svgd; for sgld the drift of the first Langevin step (see `io.bayes`).
       seed: PRNG seed.
@@ -452,10 +467,12 @@ class EstimatorConfig:
       lag: steps kept by the fixed-lag smoother of `factor_graph` [steps].
     """
 
-    method: str = _opt('diffnea', 'str', choices=METHODS)
+    method: str = _opt('lm', 'str', choices=METHODS)
     particles: int = _opt(1, 'int', ge=1)
     iterations: int = _opt(200, 'int', ge=1)
+    window: float | str = _opt('auto', 'float', unit='s', gt=0.0, words=WINDOW_WORDS)
     shooting_windows: int = _opt(1, 'int', ge=1)
+    init: str = _opt('point', 'str', choices=INITS)
     learning_rate: float = _opt(1e-2, 'float', gt=0.0)
     seed: int = _opt(0, 'int')
     loss: str = _opt('rollout', 'str', choices=LOSSES)

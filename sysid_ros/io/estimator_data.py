@@ -4,14 +4,20 @@
 Which data a method takes is its registry entry's `data` kind (`core.inference.registry`):
 
   * 'shooting' (`shooting_problem`): the trajectories, resampled at `data.rate`, are cut into
-    pieces of one length so that they stack into one `TrajectoryData`: the piece length T is
-    the largest multiple of W = `estimator.shooting_windows` that fits into the shortest
-    trajectory; every trajectory gives floor(steps / T) consecutive pieces and the steps left
-    at its end are dropped (reported in `info['dropped_steps']`). Each piece starts at its
-    measured state and is simulated under its measured commands, so pieces count as
-    independent experiments under `estimator.likelihood: product` and as members of the
-    mixture under `sum`. Each piece is cut into W shooting windows of H = T / W >=
-    MIN_WINDOW_STEPS steps. Observations: [q; qd] at every sample. Noise: `data.noise_std`
+    shooting windows of H steps, and W = `estimator.shooting_windows` consecutive windows
+    make a piece of T = W H steps; every trajectory gives floor(steps / T) consecutive
+    pieces and the steps left at its end are dropped (`info['dropped_steps']`). Each piece
+    starts at its measured state and is simulated under its measured commands, so pieces
+    count as independent experiments under `estimator.likelihood: product` and as members
+    of the mixture under `sum`; within a piece, windows 1 .. W - 1 start at free shooting
+    states (CSVGD). H (>= MIN_WINDOW_STEPS) comes from `estimator.window`: seconds, or
+    `all` (T the shortest trajectory), or `auto` (the default): the horizon over which
+    open-loop predictions from measured states at the starting parameters stay within
+    AUTO_WINDOW_SIGMAS noise stds (RMS over the state dimensions, median over
+    AUTO_WINDOW_STARTS starts spread over the data), bounded to AUTO_WINDOW_S: long enough
+    to see the dynamics, short enough that a chaotic system's windows keep their gradient.
+    The Bayesian methods that start from the lm estimate (`estimator.init: point`) measure
+    it there again. Observations: [q; qd] at every sample. Noise: `data.noise_std`
     holds one value for all 2 nv observed dimensions or one per dimension (q of each joint,
     then qd); left empty, it is estimated per dimension from the data: the robust spread
     (1.4826 x MAD) of the third differences divided by sqrt(20) (white noise of std s has
@@ -30,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sysid_ros.core.dynamics import integrators
 from sysid_ros.core.inference import point_estimators, registry
 from sysid_ros.core.inference.methods import Target
 from sysid_ros.core.likelihoods import likelihood as lik
@@ -41,6 +48,10 @@ from sysid_ros.io.trajectory import DataError, Trajectory
 
 __all__ = [
     'MIN_WINDOW_STEPS',
+    'AUTO_WINDOW_S',
+    'AUTO_WINDOW_SIGMAS',
+    'AUTO_WINDOW_STARTS',
+    'auto_window_steps',
     'NOISE_FLOOR',
     'NEA_EDGE_SAMPLES',
     'ShootingProblem',
@@ -56,6 +67,11 @@ __all__ = [
 
 # Fewest control steps per shooting window.
 MIN_WINDOW_STEPS = 2
+# `estimator.window: auto`: shortest and longest window [s]; the normalised prediction error
+# (RMS over state dimensions, median over AUTO_WINDOW_STARTS starts) at which a window ends.
+AUTO_WINDOW_S = (0.25, 2.0)
+AUTO_WINDOW_SIGMAS = 3.0
+AUTO_WINDOW_STARTS = 32
 # Floor of the estimated noise std, relative to each observed dimension's spread.
 NOISE_FLOOR = 1e-3
 # Samples dropped at both ends of each trajectory for NEA (filter edge effects).
@@ -79,17 +95,66 @@ def check_bounds(problem: Problem, method: str) -> None:
                      f'{", ".join(unbounded)}')
 
 
-def _cut_pieces(problem: Problem, trajs: Sequence[Trajectory]):
-    """States (K, T + 1, S), commands (K, T, nv) of the pieces, and the layout (module doc)."""
+def _window_steps(problem: Problem, trajs: Sequence[Trajectory], noise: np.ndarray,
+                  theta) -> tuple[int, str]:
+    """(steps per shooting window, how they were chosen), see the module doc."""
+    cfg = problem.config
+    setting = cfg.estimator.window
+    shortest = min(t.num_samples for t in trajs) - 1
+    if setting == 'all':
+        return shortest // cfg.estimator.shooting_windows, 'all'
+    if setting == 'auto':
+        return auto_window_steps(problem, trajs, noise, theta), 'auto'
+    return max(int(round(setting * cfg.data.rate)), 1), 'config'
+
+
+def auto_window_steps(problem: Problem, trajs: Sequence[Trajectory], noise: np.ndarray,
+                      theta=None) -> int:
+    """Steps over which open-loop predictions at `theta` (default: the spec's starting
+    values) from measured states stay within AUTO_WINDOW_SIGMAS noise stds (module doc),
+    within AUTO_WINDOW_S and the shortest trajectory."""
+    rate = problem.config.data.rate
+    shortest = min(t.num_samples for t in trajs) - 1
+    lowest = min(max(int(round(AUTO_WINDOW_S[0] * rate)), MIN_WINDOW_STEPS), shortest)
+    longest = min(max(int(round(AUTO_WINDOW_S[1] * rate)), lowest), shortest)
+    starts = [(k, i) for k, t in enumerate(trajs)
+              for i in range(0, t.num_samples - longest, max(longest // 2, 1))]
+    if not starts:
+        return lowest
+    pick = np.linspace(0, len(starts) - 1, min(AUTO_WINDOW_STARTS, len(starts)))
+    chosen = [starts[int(round(j))] for j in pick]
+    measured = np.stack([np.concatenate([trajs[k].q, trajs[k].qd], axis=1)[i:i + longest + 1]
+                         for k, i in chosen])
+    controls = np.stack([trajs[k].tau[i:i + longest] for k, i in chosen])
+    spec = problem.spec
+    theta = spec.initial_theta(problem.base_params) if theta is None else theta
+    params = spec.to_params(jnp.asarray(theta), problem.base_params)
+    cfg = problem.config.model
+    predicted = np.asarray(integrators.rollout_batch(
+        problem.model, params, jnp.asarray(measured[:, 0]), jnp.asarray(controls), problem.dt,
+        integrator=cfg.integrator, actuator=cfg.actuator, substeps=problem.substeps))
+    error = np.sqrt(np.mean(np.square((predicted - measured) / noise), axis=-1))
+    median = np.median(np.where(np.isfinite(error), error, np.inf), axis=0)
+    beyond = np.flatnonzero(median > AUTO_WINDOW_SIGMAS)
+    steps = int(beyond[0]) if beyond.size else longest
+    return int(np.clip(steps, lowest, longest))
+
+
+def _cut_pieces(problem: Problem, trajs: Sequence[Trajectory], window: int):
+    """States (K, T + 1, S), commands (K, T, nv) of the pieces of `shooting_windows`
+    windows of `window` steps each, and the layout (module doc)."""
     windows = problem.config.estimator.shooting_windows
     steps = [t.num_samples - 1 for t in trajs]
     shortest = min(steps)
-    piece = (shortest // windows) * windows
-    if piece < MIN_WINDOW_STEPS * windows:
-        raise _error(problem, 'estimator.shooting_windows', f'expected at most '
-                     f'{max(shortest // MIN_WINDOW_STEPS, 1)} windows of >= {MIN_WINDOW_STEPS} '
-                     f'steps for the shortest trajectory ({shortest} steps at '
-                     f'{problem.config.data.rate:g} Hz), got {windows}')
+    piece = window * windows
+    if window < MIN_WINDOW_STEPS or piece > shortest:
+        most = max(shortest // MIN_WINDOW_STEPS, 1)
+        raise _error(problem, 'estimator.shooting_windows' if problem.config.estimator.window
+                     == 'all' else 'estimator.window',
+                     f'expected {windows} windows of {MIN_WINDOW_STEPS} to '
+                     f'{shortest // windows} steps each (at most {most} windows) for the '
+                     f'shortest trajectory ({shortest} steps at {problem.config.data.rate:g} '
+                     f'Hz), got windows of {window} steps')
     states, controls = [], []
     for traj in trajs:
         x = np.concatenate([traj.q, traj.qd], axis=1)
@@ -98,24 +163,27 @@ def _cut_pieces(problem: Problem, trajs: Sequence[Trajectory]):
             states.append(x[begin:begin + piece + 1])
             controls.append(traj.tau[begin:begin + piece])
     states, controls = np.stack(states), np.stack(controls)
-    info = {'num_pieces': len(states), 'piece_steps': piece, 'window_steps': piece // windows,
-            'shooting_windows': windows, 'dropped_steps': int(sum(steps) - len(states) * piece)}
+    info = {'num_pieces': len(states), 'piece_steps': piece, 'window_steps': window,
+            'window_s': window * problem.dt, 'shooting_windows': windows,
+            'dropped_steps': int(sum(steps) - len(states) * piece)}
     return states, controls, info
 
 
-def estimate_noise_std(states: np.ndarray, nv: int) -> np.ndarray:
-    """(S,) noise std per state dimension of pieces (K, T + 1, S), see the module doc."""
-    third = np.diff(states, n=3, axis=1).reshape(-1, states.shape[-1])
+def estimate_noise_std(states: Sequence[np.ndarray], nv: int) -> np.ndarray:
+    """(S,) noise std per state dimension of trajectories (N_k, S) each, see the module
+    doc."""
+    third = np.concatenate([np.diff(x, n=3, axis=0) for x in states])
     mad = np.median(np.abs(third - np.median(third, axis=0)), axis=0)
     sigma = 1.4826 * mad / np.sqrt(20.0)
-    spread = losses.floored_state_scale(states.reshape(-1, states.shape[-1]).std(axis=0), nv)
+    spread = losses.floored_state_scale(np.concatenate(list(states)).std(axis=0), nv)
     return np.maximum(sigma, NOISE_FLOOR * spread)
 
 
-def _noise_std(problem: Problem, states: np.ndarray) -> tuple[np.ndarray, str]:
-    dims = states.shape[-1]
+def _noise_std(problem: Problem, trajs: Sequence[Trajectory]) -> tuple[np.ndarray, str]:
+    dims = 2 * problem.model.nv
     given = problem.config.data.noise_std
     if not given:
+        states = [np.concatenate([t.q, t.qd], axis=1) for t in trajs]
         return estimate_noise_std(states, problem.model.nv), 'estimated'
     if len(given) not in (1, dims):
         raise _error(problem, 'data.noise_std', f'expected 1 value or {dims} (q of '
@@ -123,8 +191,11 @@ def _noise_std(problem: Problem, states: np.ndarray) -> tuple[np.ndarray, str]:
     return np.broadcast_to(np.asarray(given, dtype=float), (dims,)).copy(), 'config'
 
 
-def shooting_problem(problem: Problem, trajs: Sequence[Trajectory]) -> ShootingProblem:
-    """Cut prepared trajectories into pieces and build the shooting likelihood (module doc).
+def shooting_problem(problem: Problem, trajs: Sequence[Trajectory], theta=None
+                     ) -> ShootingProblem:
+    """Cut prepared trajectories into pieces and build the shooting likelihood (module doc);
+    `theta` (M,): the parameters at which `window: auto` measures the prediction horizon
+    (default: the spec's starting values).
 
     Raises:
       ConfigError: a window count that leaves windows of fewer than MIN_WINDOW_STEPS steps,
@@ -134,8 +205,10 @@ def shooting_problem(problem: Problem, trajs: Sequence[Trajectory]) -> ShootingP
     if not trajs:
         raise DataError('no trajectories given')
     cfg = problem.config
-    states, controls, info = _cut_pieces(problem, trajs)
-    noise, source = _noise_std(problem, states)
+    noise, source = _noise_std(problem, trajs)
+    window, window_source = _window_steps(problem, trajs, noise, theta)
+    states, controls, info = _cut_pieces(problem, trajs, window)
+    info['window_source'] = window_source
     try:
         setting = lik.make_shooting_likelihood(
             problem.model, problem.dt, cfg.estimator.shooting_windows,
@@ -227,9 +300,10 @@ class MethodData(NamedTuple):
     info: dict
 
 
-def method_data(problem: Problem, trajs: Sequence[Trajectory], kind: str) -> MethodData:
+def method_data(problem: Problem, trajs: Sequence[Trajectory], kind: str,
+                theta=None) -> MethodData:
     """The Target and the data of a registry data kind (module doc) from prepared
-    trajectories.
+    trajectories; `theta`: see `shooting_problem`.
 
     Raises:
       ConfigError, DataError: as `shooting_problem` and `segments`.
@@ -238,7 +312,7 @@ def method_data(problem: Problem, trajs: Sequence[Trajectory], kind: str) -> Met
     target = Target(model=problem.model, base_params=problem.base_params, spec=problem.spec,
                     actuator=cfg.model.actuator)
     if kind == 'shooting':
-        sp = shooting_problem(problem, trajs)
+        sp = shooting_problem(problem, trajs, theta)
         return MethodData(target._replace(likelihood=sp.likelihood), sp.data, sp.info)
     if kind == 'segments':
         loss_fn = losses.make_loss_fn(problem.model, cfg.estimator.loss, problem.dt,

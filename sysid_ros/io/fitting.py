@@ -10,7 +10,13 @@
     last gives the loss of the final particles (its new state is discarded). `loss_history[k]`
     is the lowest loss over particles after step k.
   * Result particles: a Bayesian method's final sample; a point estimator's best iterate of
-    each restart (lowest loss seen).
+    each restart (lowest loss seen), its estimate the best restart (`FitResult.best`, with
+    how many restarts agreed), and for lm its Laplace covariance and the identifiability
+    of the parameters at the start (`identifiability_report`).
+  * A Bayesian method with `estimator.init: point` starts from an lm fit: particles drawn
+    around its estimate and covariance (`particles.gaussian_particles`), windows measured
+    at its estimate; `init: sobol`, or a start fit that did not converge: Sobol points.
+  * `diagnose` decides whether the fit converged and lists the symptoms of a failed one.
   * Ctrl-C stops the loop after the last completed step (`interrupted=True`).
 
 Compiled estimators are cached per (method, problem structure, nominal parameters, options),
@@ -30,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sysid_ros.core.inference import levenberg_marquardt as lm
 from sysid_ros.core.inference import methods, particles, registry
 from sysid_ros.core.inference.base import Estimator
 from sysid_ros.core.model.types import Params
@@ -48,9 +55,29 @@ __all__ = [
     'compiled_estimator',
     'method_options',
     'fit_estimator',
+    'identifiability_report',
+    'Diagnosis',
+    'diagnose',
 ]
 
 CACHE_SIZE = 16
+# Steps of the point fit that starts a Bayesian method (`estimator.init: point`).
+START_FIT_ITERATIONS = 100
+# Posterior samples with at least this many particles give percentile intervals.
+INTERVAL_MIN_PARTICLES = 20
+# Restarts agree with the best one within these shares of loss and bounds width.
+AGREE_LOSS = 1e-3
+AGREE_WIDTH = 1e-3
+# Identifiability warnings (`identifiability_report`).
+IDENTIFIABILITY_CONDITION = 1e8
+IDENTIFIABILITY_WIDTH = 0.1
+# `diagnose`: convergence by a flat loss, particles that never moved, defects, loss.
+STALL_RTOL = 1e-4
+STALL_SHARE = 0.1
+STALL_STEPS = 10
+MOVED_WIDTH = 1e-6
+DEFECT_TOLERANCE = 0.05
+LOSS_LIMIT = 10.0
 _CACHE: collections.OrderedDict = collections.OrderedDict()
 
 
@@ -76,6 +103,11 @@ class FitResult:
       info: method-specific diagnostics (plain Python values).
       marginals: online methods (factor_graph): {'t': (K,) [s], 'mean': (K, M), 'std': (K, M)}
         the estimate and its marginal standard deviation as the data came in; else None.
+      best: (M,) a point estimate: the best restart of a point method (lowest loss; never
+        the mean of the restarts), the factor graph's mean; None for a posterior sample.
+      covariance: (M, M) its covariance (Laplace for lm) [physical units^2], or None.
+      converged: whether the fit converged (`diagnose`); convergence: how it stopped.
+      warnings: one line per symptom of a failed fit, each naming the setting to change.
     """
 
     method: str
@@ -92,20 +124,39 @@ class FitResult:
     interrupted: bool = False
     info: dict = dataclasses.field(default_factory=dict)
     marginals: dict | None = None
+    best: np.ndarray | None = None
+    covariance: np.ndarray | None = None
+    converged: bool = False
+    convergence: str = ''
+    warnings: tuple[str, ...] = ()
 
     @property
-    def mean(self) -> np.ndarray:
-        """(M,) mean over particles."""
-        return self.particles.mean(axis=0)
+    def estimate(self) -> np.ndarray:
+        """(M,) the estimate: `best` where set, else the mean over particles."""
+        return self.best if self.best is not None else self.particles.mean(axis=0)
 
     @property
     def std(self) -> np.ndarray:
-        """(M,) standard deviation over particles (0 for a single particle)."""
+        """(M,) standard deviation: from `covariance` where set, else over particles."""
+        if self.covariance is not None:
+            return np.sqrt(np.maximum(np.diagonal(self.covariance), 0.0))
         return self.particles.std(axis=0)
 
-    def as_dict(self, which: str = 'mean') -> dict[str, float]:
-        """{name: value} of the mean (or 'std')."""
-        values = self.mean if which == 'mean' else self.std
+    def interval(self) -> np.ndarray | None:
+        """(2, M) 95 % interval [physical units], within the bounds: the 2.5 and 97.5
+        percentiles of INTERVAL_MIN_PARTICLES or more posterior particles, else estimate
+        +- 1.96 std of the covariance; None for a point estimate without covariance."""
+        if self.best is None and self.particles.shape[0] >= INTERVAL_MIN_PARTICLES:
+            return np.percentile(self.particles, [2.5, 97.5], axis=0)
+        if self.best is not None and self.covariance is None:
+            return None
+        band = 1.96 * self.std
+        return np.clip(np.stack([self.estimate - band, self.estimate + band]), self.lower,
+                       self.upper)
+
+    def as_dict(self, which: str = 'estimate') -> dict[str, float]:
+        """{name: value} of the estimate (or 'std')."""
+        values = self.estimate if which == 'estimate' else self.std
         return {n: float(v) for n, v in zip(self.names, values)}
 
 
@@ -155,7 +206,8 @@ def compiled_estimator(problem: Problem, method: str, target: methods.Target,
             raise _method_error(problem, exc) from exc
         if not entry.jittable:
             return est
-        return est._replace(step=jax.jit(est.step), posterior=jax.jit(est.posterior))
+        return est._replace(step=jax.jit(est.step), posterior=jax.jit(est.posterior),
+                            laplace=est.laplace and jax.jit(est.laplace))
 
     return cached(key, build)
 
@@ -259,9 +311,10 @@ def _scalar(value):
 
 def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
                   progress: Callable | None = None, theta0=None, seed: int | None = None,
-                  start: float | None = None) -> FitResult:
+                  start: float | None = None, log: Callable | None = None) -> FitResult:
     """Run a registered method on prepared trajectories (module doc); `pipeline.fit`'s
-    arguments, with `trajs` from `problem.prepare_trajectories`.
+    arguments, with `trajs` from `problem.prepare_trajectories`; `log(line)` receives the
+    identifiability report and the start fit's summary.
 
     Raises:
       ConfigError: a parameter without finite bounds for a Bayesian method, too few
@@ -269,37 +322,59 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
         them before anything is compiled.
     """
     start = time.perf_counter() if start is None else start
+    log = log or (lambda line: None)
     entry = registry.lookup(method)
     spec = problem.spec
-    seed = problem.config.estimator.seed if seed is None else int(seed)
+    cfg = problem.config.estimator
+    seed = cfg.seed if seed is None else int(seed)
+    info: dict[str, Any] = {}
+    window_theta = None
     if entry.bayesian:
         estimator_data.check_bounds(problem, method)
-    prepared = estimator_data.method_data(problem, trajs, entry.data)
     options = method_options(problem, iterations)
     try:
+        if entry.bayesian and cfg.init == 'point' and theta0 is None:
+            point = fit_estimator(problem, trajs, registry.DEFAULT_POINT_METHOD,
+                                  START_FIT_ITERATIONS, seed=seed, log=log)
+            info['start_fit'] = _start_summary(point)
+            log(f'{method}: starting from the {point.method} estimate ({info["start_fit"]})')
+            if point.warnings or point.covariance is None:
+                log(f'{method}: the start fit did not converge; starting from Sobol points')
+            else:
+                window_theta = point.estimate
+                theta0 = particles.gaussian_particles(spec, point.estimate, point.covariance,
+                                                      options.num_particles, seed)
         theta_init = particles.initial_particles(spec, problem.base_params,
                                                  options.num_particles, seed, theta0)
     except ValueError as exc:
         raise _method_error(problem, exc) from exc
+    prepared = estimator_data.method_data(problem, trajs, entry.data, theta=window_theta)
+    info.update(prepared.info)
     est = compiled_estimator(problem, method, prepared.target, options)
     data = prepared.data
     try:
         state = est.init(jax.random.PRNGKey(seed), jnp.asarray(theta_init), data)
     except ValueError as exc:
         raise _method_error(problem, exc) from exc
+    if est.laplace is not None:
+        hessian = np.asarray(est.laplace(state)[0][0], dtype=float)
+        report = identifiability_report(problem, hessian, theta_init[0])
+        info['identifiability'] = report
+        for line in report['warnings']:
+            log(f'WARNING {method}: {line}')
     best = BestSoFar(theta_init)
     losses = []
     nonfinite = [0]
 
-    def record(previous, new, info):
-        loss = np.asarray(info.loss, dtype=float)
+    def record(previous, new, step_info):
+        loss = np.asarray(step_info.loss, dtype=float)
         best.update(loss, np.asarray(est.posterior(previous)))
-        nonfinite[0] += int(np.asarray(info.num_nonfinite))
+        nonfinite[0] += int(np.asarray(step_info.num_nonfinite))
         losses.append(float(np.min(loss)))
         return losses[-1]
 
-    def converged(info):
-        return bool(np.asarray(info.converged))
+    def converged(step_info):
+        return bool(np.asarray(step_info.converged))
 
     steps = run_steps(lambda s: est.step(s, data, None), state, iterations, record, progress,
                       start, converged)
@@ -311,17 +386,26 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
         final, final_loss = steps.info, np.full(final_theta.shape[0], np.nan)
     best.update(final_loss, final_theta)
     history = np.append(np.asarray(losses[1:], dtype=float), float(np.min(final_loss)))
+    best_theta, best_loss = best.overall()
     if entry.bayesian:
-        result_theta, result_loss = final_theta, float(np.min(final_loss))
+        result_theta, result_loss, point_estimate = final_theta, float(np.min(final_loss)), None
     else:
         result_theta, result_loss = best.theta, float(np.min(best.loss))
-    info: dict[str, Any] = dict(prepared.info)
+        point_estimate = best_theta
+        info['starts_agreeing'] = _agreeing(best.theta, best.loss, best_theta, spec)
     if final is not None:
         info.update({k: _scalar(v) for k, v in final.extra.items()})
         info['max_defect'] = float(np.max(np.asarray(final.max_defect)))
-    best_theta, best_loss = best.overall()
     info.update(num_nonfinite=nonfinite[0], best_loss=best_loss,
                 best_particle={n: float(v) for n, v in zip(spec.names, best_theta)})
+    covariance = None
+    if est.laplace is not None and np.isfinite(best_loss):
+        # A Gauss-Newton method's state holds each restart's best point (it moves only on a
+        # lower cost), so its Laplace terms there are the best restart's.
+        covariance = np.asarray(est.laplace(steps.state)[1][int(np.argmin(best.loss))],
+                                dtype=float)
+    diagnosis = diagnose(method, history, theta_init, result_theta, final, result_loss,
+                         steps, spec, shooting_windows=cfg.shooting_windows)
     consistent = np.asarray(_consistent_fn(problem)(jnp.asarray(result_theta)), dtype=bool)
     return FitResult(method=method, names=spec.names, particles=np.asarray(result_theta),
                      initial=np.asarray(theta_init, dtype=float),
@@ -329,7 +413,117 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
                      upper=np.asarray(spec.upper_bounds, float),
                      loss_history=history, iterations=len(steps.history),
                      final_loss=result_loss, wall_time=time.perf_counter() - start,
-                     consistent=consistent, interrupted=steps.interrupted, info=info)
+                     consistent=consistent, interrupted=steps.interrupted, info=info,
+                     best=point_estimate, covariance=covariance,
+                     converged=diagnosis.converged, convergence=diagnosis.reason,
+                     warnings=diagnosis.warnings)
+
+
+def _start_summary(point: FitResult) -> str:
+    return (f'loss {point.final_loss:.4g}, {point.iterations} iterations, '
+            f'{point.wall_time:.1f} s, {point.convergence}')
+
+
+def _agreeing(theta, loss, best_theta, spec) -> str:
+    """'k of P': restarts whose loss is within AGREE_LOSS of the best and whose parameters
+    are within AGREE_WIDTH of the bounds' width (or relative) of the best's."""
+    lower, upper = np.asarray(spec.lower_bounds, float), np.asarray(spec.upper_bounds, float)
+    width = np.where(np.isfinite(upper - lower), upper - lower, np.abs(best_theta) + 1.0)
+    best_loss = np.min(loss)
+    close = (np.all(np.abs(theta - best_theta) <= AGREE_WIDTH * width, axis=1)
+             & (loss <= best_loss * (1.0 + AGREE_LOSS)))
+    return f'{int(np.sum(close))} of {theta.shape[0]}'
+
+
+def identifiability_report(problem: Problem, hessian: np.ndarray, theta) -> dict:
+    """What the recording determines at theta (M,) from the Gauss-Newton Hessian (M, M)
+    there (`lm.identifiability`) as plain values:
+    singular values, condition number, predicted std per parameter, the weakest
+    combination, and warning lines for a condition number above IDENTIFIABILITY_CONDITION
+    or parameters whose predicted std exceeds IDENTIFIABILITY_WIDTH of their bounds width."""
+    spec = problem.spec
+    ident = lm.identifiability(jnp.asarray(hessian), jnp.asarray(theta), spec.lower,
+                               spec.upper)
+    singular = np.asarray(ident.singular_values, dtype=float)
+    condition = float(ident.condition_number)
+    std = np.asarray(ident.predicted_std, dtype=float)
+    lower, upper = np.asarray(spec.lower_bounds, float), np.asarray(spec.upper_bounds, float)
+    width = np.where(np.isfinite(upper - lower), upper - lower, np.abs(theta) + 1.0)
+    weakest = np.asarray(ident.directions[-1], dtype=float)
+    combination = ' '.join(f'{v:+.2f} {n}' for v, n in sorted(
+        zip(weakest, spec.names), key=lambda p: -abs(p[0])) if abs(v) >= 0.1)
+    poor = [n for n, sd, w, sv in zip(spec.names, std, width, np.diagonal(hessian))
+            if sd > IDENTIFIABILITY_WIDTH * w or sv <= 0.0]
+    warnings = []
+    if condition > IDENTIFIABILITY_CONDITION:
+        warnings.append(f'the recording hardly determines the combination {combination} '
+                        f'(condition number {condition:.3g} of the range-scaled Jacobian); '
+                        'fix or drop a parameter of it, or record more varied motion')
+    if poor:
+        warnings.append(f'predicted std above {IDENTIFIABILITY_WIDTH:g} of the bounds width '
+                        f'(or no sensitivity): {", ".join(poor)}')
+    return {'condition_number': condition, 'singular_values': singular.tolist(),
+            'predicted_std': {n: float(v) for n, v in zip(spec.names, std)},
+            'weakest_combination': combination, 'poorly_determined': poor,
+            'warnings': warnings}
+
+
+class Diagnosis(NamedTuple):
+    """`converged`, how the fit stopped (`reason`) and the `warnings` lines (`diagnose`)."""
+
+    converged: bool
+    reason: str
+    warnings: tuple[str, ...]
+
+
+def diagnose(method: str, history, initial, theta, final, loss: float, steps: StepsResult,
+             spec, shooting_windows: int = 1) -> Diagnosis:
+    """Whether a fit converged, and its symptoms of failure, each a warning line naming the
+    setting to change:
+
+      * converged: the method's own tolerance (`StepInfo.converged`), or a loss that fell
+        by less than STALL_RTOL over the last STALL_SHARE of the steps (at least
+        STALL_STEPS); else the iteration budget ran out while the loss still fell;
+      * particles that never moved: every particle within MOVED_WIDTH of the bounds' width
+        of its start;
+      * defects: the largest normalised shooting defect above DEFECT_TOLERANCE (multiple
+        shooting only);
+      * the loss (mean squared noise-normalised residual, ~1 at the truth) above LOSS_LIMIT.
+    """
+    warnings = []
+    history = np.asarray(history, dtype=float)
+    if steps.interrupted:
+        return Diagnosis(False, 'interrupted (Ctrl-C)', ())
+    if final is not None and bool(np.asarray(final.converged)):
+        converged, reason = True, 'tolerance'
+    else:
+        tail = max(STALL_STEPS, int(np.ceil(STALL_SHARE * history.size)))
+        before, recent = history[:-tail], history[-tail:]
+        fall = ((np.min(before) - np.min(recent)) / max(abs(np.min(before)), 1e-300)
+                if before.size and np.isfinite(np.min(before)) else np.inf)
+        converged = bool(fall < STALL_RTOL)
+        reason = (f'loss flat (fell {max(fall, 0.0):.2g} over the last {tail} iterations)'
+                  if converged else f'iteration budget ({history.size}) spent')
+        if not converged:
+            warnings.append(f'{method} did not converge in {history.size} iterations (the '
+                            f'loss still fell {fall:.2g} over the last {tail}); raise '
+                            'estimator.iterations')
+    lower, upper = np.asarray(spec.lower_bounds, float), np.asarray(spec.upper_bounds, float)
+    width = np.where(np.isfinite(upper - lower), upper - lower, np.abs(initial[0]) + 1.0)
+    if np.all(np.abs(np.asarray(theta) - np.asarray(initial)) <= MOVED_WIDTH * width):
+        warnings.append(f'{method}: the particles never moved from their start; check '
+                        'estimator.learning_rate and estimator.window')
+    if final is not None and shooting_windows > 1:
+        defect = float(np.max(np.asarray(final.max_defect)))
+        if defect > DEFECT_TOLERANCE:
+            warnings.append(f'{method}: shooting defects up to {defect:.3g} (normalised) '
+                            f'> {DEFECT_TOLERANCE:g}: the windows do not join; shorten '
+                            'estimator.window or raise estimator.iterations')
+    if not np.isfinite(loss) or loss > LOSS_LIMIT:
+        warnings.append(f'{method}: loss {loss:.4g} (mean squared residual in noise stds; ~1 '
+                        'when the model fits): the model misses the data; check '
+                        'model.actuator, model.integrator, the bounds and data.noise_std')
+    return Diagnosis(converged and not warnings, reason, tuple(warnings))
 
 
 def _consistent_fn(problem: Problem) -> Callable:

@@ -98,5 +98,6 @@ def fit_factor_graph(problem: MechanismProblem, trajs: Sequence[Trajectory],
         final_loss=float(loss[-1]), wall_time=wall, consistent=consistent,
         info=dict(lag_steps=cfg.estimator.lag, angle_noise=angle_sigma, rate_noise=rate_sigma,
                   covariance=cov.tolist(), real_time_factor=t_offset / wall),
-        marginals={k: np.concatenate(v) for k, v in trace.items()})
+        marginals={k: np.concatenate(v) for k, v in trace.items()}, best=mean,
+        covariance=cov, converged=True, convergence='every sample smoothed')
 

@@ -45,7 +45,7 @@ FIT_METHODS = config_io.METHODS
 def fit(config: Config | Problem | MechanismProblem | str,
         trajectories: Sequence[Trajectory | str], progress: Callable | None = None,
         method: str | None = None, iterations: int | None = None, theta0=None,
-        seed: int | None = None) -> FitResult:
+        seed: int | None = None, log: Callable | None = None) -> FitResult:
     """Identify the configured parameters from measured trajectories.
 
     Args:
@@ -59,6 +59,7 @@ def fit(config: Config | Problem | MechanismProblem | str,
         nominal model's values, for the first particle; see `core.inference.particles`).
       seed: seed of the starting particles and the methods' randomness (default:
         `estimator.seed`).
+      log: `log(line)` receives warnings before the fit (identifiability) and notes.
 
     Returns:
       FitResult. On Ctrl-C (KeyboardInterrupt) during the steps: the particles of the last
@@ -93,4 +94,4 @@ def fit(config: Config | Problem | MechanismProblem | str,
                              f'{spec.num_params}) for {", ".join(spec.names)}; got '
                              f'{theta0.shape}')
     return fit_estimator(problem, trajs, method, iterations, progress=progress, theta0=theta0,
-                         seed=seed, start=start)
+                         seed=seed, start=start, log=log)

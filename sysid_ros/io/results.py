@@ -2,9 +2,12 @@
 
 `write_results(out_dir, result)` produces, in `out_dir`:
 
-  * `estimate.yaml`: `parameters: {NAME: {mean, std, min, max, initial}}` plus `method`,
+  * `estimate.yaml`: `parameters: {NAME: {mean, std, min, max, initial, ci95}}` (`mean`:
+    the estimate, a posterior mean or a point method's best start; `ci95`: the 95 %
+    interval, absent for a point estimate without covariance) plus `converged`,
+    `convergence` (how the fit stopped), `warnings` (symptoms of a failed fit), `method`,
     `iterations`, `final_loss`, `wall_time_s`, `consistent`, `interrupted` and the
-    method's diagnostics;
+    method's diagnostics (the identifiability report among them);
   * `posterior.npz`: `particles` (P, M) in physical units, `names` (M,), `initial` (P, M),
     `lower`, `upper` (M,), `loss_history` (K,);
   * `history.csv`: `iteration,loss`;
@@ -79,15 +82,21 @@ def _plain(value: Any) -> Any:
 def estimate_dict(result) -> dict[str, Any]:
     """The content of `estimate.yaml` for a `pipeline.FitResult`."""
     parameters = {}
+    interval = result.interval()
     for k, name in enumerate(result.names):
         parameters[name] = {
-            'mean': float(result.mean[k]),
+            'mean': float(result.estimate[k]),
             'std': float(result.std[k]),
             'min': _plain(result.lower[k]),
             'max': _plain(result.upper[k]),
             'initial': float(np.mean(result.initial[:, k])),
         }
+        if interval is not None:
+            parameters[name]['ci95'] = [float(interval[0, k]), float(interval[1, k])]
     return {
+        'converged': bool(result.converged),
+        'convergence': result.convergence,
+        'warnings': list(result.warnings),
         'method': result.method,
         'iterations': int(result.iterations),
         'final_loss': _plain(result.final_loss),

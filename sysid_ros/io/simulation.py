@@ -4,7 +4,6 @@ excitation (`simulate`, for demos, tests and benchmarks), the excitation itself 
 
 from __future__ import annotations
 
-import functools
 import math
 
 import jax
@@ -30,13 +29,7 @@ __all__ = [
 rollout = jax.jit(integrators.rollout, static_argnames=('integrator', 'actuator', 'substeps'))
 
 
-@functools.partial(jax.jit, static_argnames=('integrator', 'actuator', 'substeps'))
-def rollout_batch(model, params, x0, controls, dt, integrator, actuator, substeps):
-    """`integrators.rollout` vmapped over initial states (S, 2 nv) and controls (S, H, nv)."""
-    def one(x, u):
-        return integrators.rollout(model, params, x, u, dt, integrator=integrator,
-                                   actuator=actuator, substeps=substeps)
-    return jax.vmap(one)(x0, controls)
+rollout_batch = integrators.rollout_batch
 
 
 @jax.jit

@@ -156,6 +156,17 @@ def rollout(model: RobotModel, params: Params, x0, controls, dt,
     return jnp.concatenate([x0[None], states], axis=0)
 
 
+@functools.partial(jax.jit, static_argnames=('integrator', 'actuator', 'substeps'))
+def rollout_batch(model: RobotModel, params: Params, x0, controls, dt, integrator, actuator,
+                  substeps):
+    """Jitted `rollout` of one parameter vector vmapped over initial states (B, 2 nv) and
+    controls (B, H, nv): (B, H + 1, 2 nv) states."""
+    def one(x, u):
+        return rollout(model, params, x, u, dt, integrator=integrator, actuator=actuator,
+                       substeps=substeps)
+    return jax.vmap(one)(x0, controls)
+
+
 def make_advance_fn(model, dt: float, steps: int, integrator: str, actuator: str):
     """Jitted `advance(params, x, controls) -> states`: integrate (B * steps, nv) held controls
     from x (2 nv,) with step dt [s]; return the (B, 2 nv) states every `steps` steps.

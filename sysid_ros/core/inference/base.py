@@ -38,12 +38,17 @@ class Estimator(NamedTuple):
       rebase: `rebase(state, theta (P, M), data) -> state`: continue on new data (the next
         live window) from particles `theta`; what carries over is the method's choice and is
         documented by its factory.
+      laplace: None, or for a Gauss-Newton method `laplace(state) -> (hessian (P, M, M),
+        covariance (P, M, M))`: each particle's Gauss-Newton Hessian of the loss and
+        Laplace covariance [physical units^2] at its current values (identifiability at
+        the start, uncertainty at the end).
     """
 
     init: Callable
     step: Callable
     posterior: Callable
     rebase: Callable
+    laplace: Callable | None = None
 
 
 class Kernel(NamedTuple):

@@ -11,6 +11,10 @@ A factory per method, all with the signature `make_<method>(target, options) -> 
     are a Gaussian likelihood term of std `DEFECT_STD` (normalised units, seed §2.3).
   * DiffNEA (`make_diffnea`): Adam with a cosine-decaying step size over the spec's virtual
     parameters on a rollout or one-step loss (`likelihoods.losses`); data: `Segments`.
+  * Levenberg-Marquardt (`make_lm`, `inference.levenberg_marquardt`): box-bounded
+    Gauss-Newton over the noise-normalised residuals of single-shooting windows that start
+    at measured states (`likelihood.window_residuals`), exact forward-mode Jacobians; data:
+    a `TrajectoryData` with W = 1. The default point method.
   * NEA (`make_nea`): Gauss-Newton least squares on the joint-torque regressor, then, if its
     raw solution was not physically consistent, consistent least squares (Levenberg-Marquardt
     from the projection and from the consistent anchor; the anchor's fit is kept unless the
@@ -28,10 +32,10 @@ old window's defects; Adam's moments restart too: carried over, they left a payl
 picked up mid-run 0.21 kg off its new value after the test's windows, against < 0.15 kg
 restarted, `test/io/test_online.py`); SGLD its step size; NUTS its adapted step size and mass
 matrix; Emcee its random generator; CEM starts a new mixture at the particles; DiffNEA its
-Adam state; NEA starts again from the particles.
+Adam state; NEA and LM start again from the particles (LM's damping restarts).
 
-The prior (`GaussianPrior` or None) enters every sampler's log density; the point
-estimators are not sequential and ignore it. Emcee runs on the host (NumPy around jitted
+The prior (`GaussianPrior` or None) enters every sampler's log density and LM's cost;
+DiffNEA and NEA are not sequential and ignore it. Emcee runs on the host (NumPy around jitted
 log densities): its `step` must not be jitted (`registry.Method.jittable`).
 """
 
@@ -45,6 +49,7 @@ import numpy as np
 import optax
 
 from sysid_ros.core.inference import csvgd as csvgd_kernel
+from sysid_ros.core.inference import levenberg_marquardt as lm_kernel
 from sysid_ros.core.inference import point_estimators, samplers, svgd
 from sysid_ros.core.inference.base import Estimator, StepInfo
 from sysid_ros.core.likelihoods import likelihood as lik
@@ -63,6 +68,8 @@ __all__ = [
     'make_cem',
     'make_diffnea',
     'make_nea',
+    'make_lm',
+    'window_residual_fn',
 ]
 
 # Std of the normalised defects in the baselines' log density.
@@ -501,3 +508,61 @@ def make_nea(target: Target, options: Options) -> Estimator:
         return init(None, theta, data)
 
     return Estimator(init=init, step=step, posterior=posterior, rebase=rebase)
+
+
+def window_residual_fn(target: Target) -> Callable:
+    """`fn(theta (M,), starts (K, S), data) -> (K, n)` noise-normalised residuals of each
+    single-shooting window from its start state (`likelihood.window_residuals`)."""
+    if target.likelihood is None or target.likelihood.num_windows != 1:
+        raise ValueError('lm: every window starts at its own (fitted) state; needs a shooting '
+                         'likelihood with one window per piece (estimator.shooting_windows: 1)')
+    setting = target.likelihood
+    return lambda theta, starts, data: lik.window_residuals(setting, target.params(theta),
+                                                            starts, data)
+
+
+def make_lm(target: Target, options: Options) -> Estimator:
+    """Levenberg-Marquardt (`inference.levenberg_marquardt`) from each of the P starting
+    particles (independent restarts, vmapped), every window's start state a free variable
+    that starts at its measurement; stops when every restart has converged. The step's data
+    is a `TrajectoryData` of single-shooting windows; `loss` is the mean squared
+    noise-normalised residual; `laplace` gives each restart's profiled Hessian and
+    cluster-robust covariance. `learning_rate` and `iterations` are not used."""
+    del options
+    blocks = window_residual_fn(target)
+    spec = target.spec
+    kernel = lm_kernel.make_levenberg_marquardt(blocks, spec.lower, spec.upper)
+
+    def as_pair(prior):
+        return None if prior is None else (prior.mean, prior.precision)
+
+    def init(key, theta0, data, prior=None):
+        del key
+        return jax.vmap(kernel.init, in_axes=(0, None, None, None))(
+            jnp.asarray(theta0), data.x0, data, as_pair(prior))
+
+    def step(state, data, prior=None):
+        new, info = jax.vmap(kernel.step, in_axes=(0, None, None))(state, data,
+                                                                 as_pair(prior))
+        lin = state.lin
+        finite = jnp.isfinite(lin.cost)
+        return new, StepInfo(
+            loss=jnp.where(finite, lin.sum_squares / data.observations.size, jnp.inf),
+            grad_norm=jnp.linalg.norm(lin.g_theta, axis=-1),
+            num_nonfinite=jnp.sum(~finite), max_defect=jnp.zeros_like(lin.cost),
+            converged=jnp.all(new.converged),
+            extra={'damping': jnp.median(new.damping),
+                   'accepted': jnp.sum(info.accepted)})
+
+    def posterior(state):
+        return state.theta
+
+    def rebase(state, theta, data):
+        return init(None, theta, data)
+
+    def laplace(state):
+        return (jax.vmap(lm_kernel.schur_hessian)(state.lin),
+                jax.vmap(lm_kernel.laplace_covariance)(state.lin))
+
+    return Estimator(init=init, step=step, posterior=posterior, rebase=rebase,
+                     laplace=laplace)

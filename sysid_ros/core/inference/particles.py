@@ -5,7 +5,8 @@ model's values); the other rows fill the bounds box with a scrambled Sobol seque
 000 §1.1), or, for parameters without finite bounds, perturb the guess by N(0, 0.5^2) in the
 spec's unconstrained coordinates. Every row is then held `INTERIOR_MARGIN` of the bounds'
 width inside them: a start on a bound maps through the sigmoid to ~1e-16 with a zero
-gradient and never moves (a URDF friction of 0 with `min: 0`).
+gradient and never moves (a URDF friction of 0 with `min: 0`). `gaussian_particles` starts
+a Bayesian method around a point estimate and its covariance instead (issue 16).
 
 Runs on the host (NumPy and scipy), before anything is compiled.
 """
@@ -20,10 +21,13 @@ from scipy.stats import qmc
 from sysid_ros.core.model.parameters import ParameterSpec
 from sysid_ros.core.model.types import Params
 
-__all__ = ['INTERIOR_MARGIN', 'sobol_particles', 'initial_particles']
+__all__ = ['INTERIOR_MARGIN', 'GAUSSIAN_FLOOR', 'sobol_particles', 'initial_particles',
+           'gaussian_particles']
 
 # Starting values are held this fraction of the bounds' width inside them.
 INTERIOR_MARGIN = 1e-3
+# Least std of `gaussian_particles`, a fraction of each parameter's bounds width.
+GAUSSIAN_FLOOR = 0.01
 # Std of the perturbation of unbounded parameters' extra rows, unconstrained coordinates.
 UNBOUNDED_SPREAD = 0.5
 
@@ -91,7 +95,11 @@ def initial_particles(spec: ParameterSpec, base_params: Params, num_particles: i
         theta[0] = first
         if num_particles > 1:
             theta[1:] = _extra_rows(spec, first, num_particles, seed)
-    lower, upper = _bounds(spec)
+    return _inside(theta, *_bounds(spec))
+
+
+def _inside(theta: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """theta clipped `INTERIOR_MARGIN` of the bounds' width inside them."""
     width = np.where(np.isfinite(upper - lower), upper - lower, 0.0)
     return np.clip(theta, lower + INTERIOR_MARGIN * width, upper - INTERIOR_MARGIN * width)
 
@@ -111,3 +119,32 @@ def _extra_rows(spec: ParameterSpec, first: np.ndarray, num_particles: int,
     z0 = np.asarray(spec.to_unconstrained(first))
     noise = UNBOUNDED_SPREAD * rng.standard_normal((num_particles - 1, spec.num_params))
     return np.asarray(spec.from_unconstrained(z0 + noise))
+
+
+def gaussian_particles(spec: ParameterSpec, mean, covariance, num_particles: int,
+                       seed: int = 0) -> np.ndarray:
+    """(P, M) starting particles around a point estimate: row 0 `mean` (M,), the others drawn
+    from N(mean, covariance + diag((GAUSSIAN_FLOOR width)^2)) (the floor keeps a spread
+    along directions the estimate's covariance calls certain or cannot see), every row held
+    `INTERIOR_MARGIN` inside the bounds (rows outside are clipped).
+
+    Raises:
+      ValueError: num_particles < 1, shapes that do not match the spec, non-finite values.
+    """
+    m = spec.num_params
+    if int(num_particles) != num_particles or num_particles < 1:
+        raise ValueError(f'particles: expected int >= 1, got {num_particles!r}')
+    mean = np.asarray(mean, dtype=float)
+    covariance = np.asarray(covariance, dtype=float)
+    if mean.shape != (m,) or covariance.shape != (m, m):
+        raise ValueError(f'particles: expected a mean ({m},) and covariance ({m}, {m}), got '
+                         f'{mean.shape} and {covariance.shape}')
+    if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(covariance))):
+        raise ValueError('particles: the point estimate or its covariance is not finite')
+    lower, upper = _bounds(spec)
+    width = np.where(np.isfinite(upper - lower), upper - lower, np.abs(mean) + 1.0)
+    spread = 0.5 * (covariance + covariance.T) + np.diag((GAUSSIAN_FLOOR * width) ** 2)
+    rng = np.random.default_rng(seed)
+    draws = rng.multivariate_normal(mean, spread, size=int(num_particles) - 1,
+                                    method='eigh')
+    return _inside(np.concatenate([mean[None], draws]), lower, upper)

@@ -11,7 +11,7 @@ from typing import Callable, NamedTuple
 from sysid_ros.core.inference import methods
 from sysid_ros.core.inference.base import Estimator
 
-__all__ = ['DATA_KINDS', 'Method', 'METHODS', 'BAYESIAN_METHODS', 'POINT_METHODS',
+__all__ = ['DATA_KINDS', 'Method', 'METHODS', 'DEFAULT_POINT_METHOD', 'BAYESIAN_METHODS', 'POINT_METHODS',
            'lookup', 'make_estimator']
 
 # What a method's step takes as data: the shooting likelihood's `TrajectoryData`, DiffNEA's
@@ -45,7 +45,9 @@ METHODS: dict[str, Method] = {
     'cem': Method(methods.make_cem, 'shooting', True),
     'diffnea': Method(methods.make_diffnea, 'segments', False),
     'nea': Method(methods.make_nea, 'regressor', False),
+    'lm': Method(methods.make_lm, 'shooting', False),
 }
+DEFAULT_POINT_METHOD = 'lm'
 BAYESIAN_METHODS = tuple(name for name, m in METHODS.items() if m.bayesian)
 POINT_METHODS = tuple(name for name, m in METHODS.items() if not m.bayesian)
 

@@ -73,6 +73,7 @@ __all__ = [
     'predicted_trajectories',
     'observe',
     'log_likelihood',
+    'window_residuals',
     'residual_normaliser',
     'residual_loss',
 ]
@@ -461,6 +462,20 @@ def log_likelihood(likelihood: ShootingLikelihood, params: Params, shooting: jax
         log_lik = jax.nn.logsumexp(per_trajectory) - jnp.log(per_trajectory.shape[0])
     defects = (windows[:, :-1, -1] - shooting) / data.state_scale
     return LikelihoodTerms(log_lik=log_lik, per_trajectory=per_trajectory, defects=defects)
+
+
+def window_residuals(likelihood: ShootingLikelihood, params: Params, starts: jax.Array,
+                     data: TrajectoryData) -> jax.Array:
+    """(K, (T + 1) O) noise-normalised residuals (y_sim - y) / sigma of single-shooting
+    windows (W = 1), window k simulated from the start state `starts[k]` (K, S) (a free
+    variable of the Gauss-Newton methods, `inference.levenberg_marquardt`; `data.x0` is the
+    measured one), every sample in time order, the start's first; NaN/inf where a
+    simulation diverged."""
+    k = data.num_trajectories
+    windows = simulate_windows(likelihood, params, starts,
+                               jnp.zeros((k, 0, starts.shape[-1]), starts.dtype), data.controls)
+    predicted = observe(likelihood, params, windows[:, 0])
+    return ((predicted - data.observations) / data.noise_std).reshape(k, -1)
 
 
 def _trajectory_log_normaliser(data: TrajectoryData) -> jax.Array:

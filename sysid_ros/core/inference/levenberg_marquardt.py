@@ -1,0 +1,272 @@
+"""Box-bounded Levenberg-Marquardt over blocked residuals with free block start states, its
+Laplace covariance, and the identifiability of the parameters from the Jacobian.
+
+Problem, for one parameter vector theta (M,) in physical units and K blocks (shooting
+windows) k, each with its own free start state s_k (S,):
+
+    min  c = 1/2 sum_k |r_k(theta, s_k)|^2 + 1/2 (theta - mu)^T Lambda (theta - mu)
+    s.t. lower <= theta <= upper
+
+r_k: noise-normalised residuals (n,) of block k, its start's observation included (so s_k
+is fitted to the data like every other sample: the measured start's noise does not bias
+theta, as it does when windows start fixed at noisy measurements); (mu, Lambda): an optional
+Gaussian prior. The bounds act on the step, not on the coordinates: a sigmoid-bounded
+coordinate that saturates has a zero Jacobian column and stops Gauss-Newton there (issue
+16's measurement: LM in sigmoid coordinates ran every parameter to its bounds).
+
+Jacobians: one forward-mode pass (`jax.jacfwd`, M + S tangents) gives J_k = [A_k, B_k],
+A_k = dr_k/dtheta (n, M), B_k = dr_k/ds_k (n, S): r_k depends on s_k alone among the starts,
+so one tangent per start dimension, shared by all blocks, yields every B_k. The normal
+equations have an arrow structure: H_tt = sum A^T A (+ Lambda), H_ts_k = A_k^T B_k,
+H_ss_k = B_k^T B_k; the starts are eliminated block by block (Schur complement), so a step
+costs K solves of S x S and one of M x M.
+
+Each step (Nielsen's damping update, Madsen, Nielsen & Tingleff 2004, "Methods for
+non-linear least squares problems" §3.2):
+
+  1. Damping lambda D with D = diag(H) floored at DIAG_FLOOR of its largest entry
+     (Marquardt's scaling: units drop out; a column the data do not see gets the floor, so
+     the step leaves that parameter where it is). Parameters on a bound whose reduced
+     gradient pushes outward are held (the active set).
+  2. trial = clip(theta + delta, lower, upper) with the starts' steps back-substituted;
+     residuals and Jacobians at the trial in one pass.
+  3. Accepted if the cost fell: lambda *= max(1/3, 1 - (2 rho - 1)^3), nu = 2, with rho the
+     actual over the predicted reduction; else lambda *= nu, nu *= 2.
+  4. Converged when an accepted step lowered the cost by at most FTOL of it, or the damping
+     exceeded MAX_DAMPING (no step lowers the cost any more).
+
+Covariance (`laplace_covariance`): the Schur complement C = H_tt - sum_k H_ts_k H_ss_k^-1
+H_st_k is the Gauss-Newton Hessian of theta with the starts profiled out; with the
+effective scores u_k = A_k^T r_k - H_ts_k H_ss_k^-1 B_k^T r_k of each block the
+cluster-robust ("sandwich") covariance is C^+ (sum_k u_k u_k^T) C^+. Unlike C^-1 it stays
+honest when samples within a block are correlated or the model misfits the data; with
+independent unit-variance residuals the two agree.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from sysid_ros.core.inference.base import Kernel
+
+__all__ = ['FTOL', 'MAX_DAMPING', 'INITIAL_DAMPING', 'DIAG_FLOOR', 'Linearization',
+           'LMState', 'LMInfo', 'linearize', 'make_levenberg_marquardt', 'schur_hessian',
+           'laplace_covariance', 'Identifiability', 'identifiability']
+
+FTOL = 1e-10
+MAX_DAMPING = 1e10
+INITIAL_DAMPING = 1e-3
+DIAG_FLOOR = 1e-12
+
+
+class Linearization(NamedTuple):
+    """Cost and normal equations at (theta, starts), see the module doc.
+
+    Attributes:
+      cost: () c, inf where not finite; sum_squares: () sum_k |r_k|^2.
+      g_theta: (M,); g_starts: (K, S) gradients.
+      h_tt: (M, M); h_ts: (K, M, S); h_ss: (K, S, S) Gauss-Newton Hessian blocks.
+      scores: (K, M) A_k^T r_k.
+    """
+
+    cost: jax.Array
+    sum_squares: jax.Array
+    g_theta: jax.Array
+    g_starts: jax.Array
+    h_tt: jax.Array
+    h_ts: jax.Array
+    h_ss: jax.Array
+    scores: jax.Array
+
+
+class LMState(NamedTuple):
+    """One parameter vector's Levenberg-Marquardt state: `theta` (M,) [physical units],
+    `starts` (K, S) block start states, `lin` the `Linearization` there, `damping` lambda,
+    `nu` its growth after a rejection, `converged` () bool (module doc, step 4)."""
+
+    theta: jax.Array
+    starts: jax.Array
+    lin: Linearization
+    damping: jax.Array
+    nu: jax.Array
+    converged: jax.Array
+
+
+class LMInfo(NamedTuple):
+    """Of one step: `accepted` () bool, `step_norm` () |theta_new - theta| [physical],
+    `gain_ratio` () rho."""
+
+    accepted: jax.Array
+    step_norm: jax.Array
+    gain_ratio: jax.Array
+
+
+def _prior_terms(prior, theta):
+    """(cost, gradient, hessian) of the prior (mean, precision) or zeros for None."""
+    m = theta.shape[0]
+    if prior is None:
+        return jnp.zeros(()), jnp.zeros(m), jnp.zeros((m, m))
+    mean, precision = prior
+    d = theta - mean
+    return 0.5 * d @ precision @ d, precision @ d, precision
+
+
+def linearize(block_residual_fn: Callable, theta, starts, data, prior=None) -> Linearization:
+    """`Linearization` of `block_residual_fn(theta (M,), starts (K, S), data) -> (K, n)`,
+    whose block k depends on `starts[k]` alone; `prior`: None or (mean, precision)."""
+    def twice(t, shift):
+        r = block_residual_fn(t, starts + shift, data)
+        return r, r
+    (a, b), r = jax.jacfwd(twice, argnums=(0, 1), has_aux=True)(
+        theta, jnp.zeros(starts.shape[-1], starts.dtype))            # (K,n,M), (K,n,S)
+    prior_cost, prior_grad, prior_hess = _prior_terms(prior, theta)
+    sum_squares = jnp.sum(jnp.square(r))
+    cost = 0.5 * sum_squares + prior_cost
+    scores = jnp.einsum('knm,kn->km', a, r)
+    lin = Linearization(cost=cost, sum_squares=sum_squares,
+                        g_theta=jnp.sum(scores, axis=0) + prior_grad,
+                        g_starts=jnp.einsum('kns,kn->ks', b, r),
+                        h_tt=jnp.einsum('knm,knl->ml', a, a) + prior_hess,
+                        h_ts=jnp.einsum('knm,kns->kms', a, b),
+                        h_ss=jnp.einsum('kns,knu->ksu', b, b), scores=scores)
+    finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(a)) & jnp.all(jnp.isfinite(b))
+    return jax.tree_util.tree_map(lambda x: jnp.where(finite, x, 0.0), lin)._replace(
+        cost=jnp.where(finite, cost, jnp.inf), sum_squares=jnp.where(finite, sum_squares,
+                                                                     jnp.inf))
+
+
+def _floored(diag):
+    """Marquardt's scaling diag(H), floored at DIAG_FLOOR of its largest entry (last axis)."""
+    top = jnp.maximum(jnp.max(diag, axis=-1, keepdims=True), 1.0)
+    return jnp.maximum(diag, DIAG_FLOOR * top)
+
+
+def _eliminate(lin: Linearization, damping):
+    """Schur complement of the damped start blocks: (C (M, M), reduced gradient (M,),
+    H_ss^-1 H_st (K, S, M), H_ss^-1 g_s (K, S))."""
+    h_ss = lin.h_ss + damping * jax.vmap(jnp.diag)(_floored(jnp.diagonal(lin.h_ss, 0, 1, 2)))
+    inv_st = jnp.linalg.solve(h_ss, jnp.swapaxes(lin.h_ts, 1, 2))      # (K, S, M)
+    inv_g = jnp.linalg.solve(h_ss, lin.g_starts[..., None])[..., 0]    # (K, S)
+    reduced = lin.h_tt - jnp.einsum('kms,ksl->ml', lin.h_ts, inv_st)
+    gradient = lin.g_theta - jnp.einsum('kms,ks->m', lin.h_ts, inv_g)
+    return reduced, gradient, inv_st, inv_g
+
+
+def schur_hessian(lin: Linearization) -> jax.Array:
+    """(M, M) Gauss-Newton Hessian of theta with the starts profiled out (module doc)."""
+    return _eliminate(lin, 0.0)[0]
+
+
+def make_levenberg_marquardt(block_residual_fn: Callable, lower, upper) -> Kernel:
+    """The kernel of one parameter vector (vmap it over restarts).
+
+    Args:
+      block_residual_fn: `fn(theta (M,), starts (K, S), data) -> (K, n)` noise-normalised
+        residuals, block k depending on `starts[k]` alone.
+      lower, upper: (M,) bounds of theta [physical units] (may be infinite).
+
+    Returns:
+      Kernel with `init(theta0 (M,), starts0 (K, S), data, prior) -> LMState` (theta0
+      clipped into the bounds) and `step(state, data, prior) -> (LMState, LMInfo)`;
+      `prior` is None or a (mean (M,), precision (M, M)) pair.
+    """
+    lower, upper = jnp.asarray(lower), jnp.asarray(upper)
+
+    def init(theta0, starts0, data, prior=None):
+        theta = jnp.clip(jnp.asarray(theta0), lower, upper)
+        return LMState(theta=theta, starts=starts0,
+                       lin=linearize(block_residual_fn, theta, starts0, data, prior),
+                       damping=jnp.asarray(INITIAL_DAMPING, theta.dtype),
+                       nu=jnp.asarray(2.0, theta.dtype), converged=jnp.zeros((), bool))
+
+    def step(state, data, prior=None):
+        lin, theta = state.lin, state.theta
+        reduced, gradient, inv_st, inv_g = _eliminate(lin, state.damping)
+        held = ((theta <= lower) & (gradient > 0)) | ((theta >= upper) & (gradient < 0))
+        free = ~held
+        system = reduced + state.damping * jnp.diag(_floored(jnp.diagonal(lin.h_tt)))
+        system = jnp.where(free[:, None] & free[None, :], system, jnp.eye(theta.shape[0]))
+        delta = jnp.linalg.solve(system, jnp.where(free, -gradient, 0.0))
+        trial = jnp.clip(theta + jnp.where(free, delta, 0.0), lower, upper)
+        d = trial - theta
+        d_starts = -(inv_g + jnp.einsum('ksm,m->ks', inv_st, d))
+        quadratic = (d @ lin.h_tt @ d + 2.0 * jnp.einsum('m,kms,ks->', d, lin.h_ts, d_starts)
+                     + jnp.einsum('ks,ksu,ku->', d_starts, lin.h_ss, d_starts))
+        predicted = -(lin.g_theta @ d + jnp.sum(lin.g_starts * d_starts) + 0.5 * quadratic)
+        trial_starts = state.starts + d_starts
+        new_lin = linearize(block_residual_fn, trial, trial_starts, data, prior)
+        reduction = lin.cost - new_lin.cost
+        accepted = jnp.isfinite(new_lin.cost) & (reduction > 0.0)
+        rho = reduction / jnp.where(predicted > 0.0, predicted, jnp.inf)
+        shrink = jnp.maximum(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3)
+        damping = jnp.where(accepted, state.damping * shrink, state.damping * state.nu)
+        converged = ((accepted & (reduction <= FTOL * lin.cost)) | (damping > MAX_DAMPING)
+                     | state.converged)
+
+        def pick(new, old):
+            return jax.tree_util.tree_map(lambda n, o: jnp.where(accepted, n, o), new, old)
+
+        new_state = LMState(theta=pick(trial, theta), starts=pick(trial_starts, state.starts),
+                            lin=pick(new_lin, lin),
+                            damping=jnp.minimum(damping, 2.0 * MAX_DAMPING),
+                            nu=jnp.where(accepted, 2.0, 2.0 * state.nu), converged=converged)
+        info = LMInfo(accepted=accepted, step_norm=jnp.where(accepted, jnp.linalg.norm(d), 0.0),
+                      gain_ratio=rho)
+        return new_state, info
+
+    return Kernel(init=init, step=step)
+
+
+def laplace_covariance(lin: Linearization) -> jax.Array:
+    """(M, M) cluster-robust Laplace covariance of theta (module doc) [physical units^2]
+    from the `Linearization` at the estimate. Directions the data do not determine (zero
+    eigenvalues of the Schur complement) get zero variance; `identifiability` names them."""
+    reduced, _, _, inv_g = _eliminate(lin, 0.0)
+    scores = lin.scores - jnp.einsum('kms,ks->km', lin.h_ts, inv_g)
+    inverse = _scaled_pinv(reduced)
+    return inverse @ (scores.T @ scores) @ inverse
+
+
+def _scaled_pinv(hessian, scale=None):
+    """A^+ computed as S (S A S)^+ S (S: `scale`, default Jacobi 1/sqrt(diag A)), so that
+    parameters of different units do not decide which directions count as singular."""
+    if scale is None:
+        scale = 1.0 / jnp.sqrt(_floored(jnp.diagonal(hessian)))
+    inverse = jnp.linalg.pinv(hessian * scale[:, None] * scale[None, :], hermitian=True)
+    return inverse * scale[:, None] * scale[None, :]
+
+
+class Identifiability(NamedTuple):
+    """What a recording determines, from the Gauss-Newton Hessian A at a parameter vector.
+
+    Attributes:
+      singular_values: (M,) of the Jacobian with each column scaled by its parameter's
+        range (bounds width, or |theta| + 1 where unbounded), descending [-].
+      condition_number: () largest over smallest singular value (inf if one is zero).
+      predicted_std: (M,) sqrt(diag(A^+)) [physical units]: the std a fit would have with
+        unit-variance independent residuals.
+      directions: (M, M) right singular vectors (rows, descending): the parameter
+        combinations (in range-scaled units) each singular value belongs to.
+    """
+
+    singular_values: jax.Array
+    condition_number: jax.Array
+    predicted_std: jax.Array
+    directions: jax.Array
+
+
+def identifiability(hessian, theta, lower, upper) -> Identifiability:
+    """`Identifiability` of a Gauss-Newton Hessian (M, M) at theta (M,) within the bounds."""
+    width = jnp.asarray(upper) - jnp.asarray(lower)
+    scale = jnp.where(jnp.isfinite(width), width, jnp.abs(theta) + 1.0)
+    scaled = hessian * scale[:, None] * scale[None, :]
+    eigenvalues, vectors = jnp.linalg.eigh(scaled)
+    order = jnp.argsort(-eigenvalues)
+    singular = jnp.sqrt(jnp.maximum(eigenvalues[order], 0.0))
+    condition = jnp.where(singular[-1] > 0.0, singular[0] / singular[-1], jnp.inf)
+    std = jnp.sqrt(jnp.maximum(jnp.diagonal(_scaled_pinv(hessian, scale)), 0.0))
+    return Identifiability(singular_values=singular, condition_number=condition,
+                           predicted_std=std, directions=vectors[:, order].T)
