@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import re
 import time
 import xml.etree.ElementTree as ET
 from typing import Callable, Sequence
@@ -130,13 +131,14 @@ def panda_spec(urdf_path: str, fixed_joints: Sequence[str], joints: Sequence[str
     """MjSpec of the Panda compiled by MuJoCo from the URDF, with the hidden truth added.
 
     Visuals and collisions are dropped, `fixed_joints` (the fingers) welded at zero, joint
-    limits and contacts disabled, RK4 at `timestep`; one motor `<joint>_motor` per joint of
+    limits and contacts disabled, static bodies kept (not fused), RK4 at `timestep`; one motor `<joint>_motor` per joint of
     `joints` (gear 1, unlimited); a body `payload` (a point mass `payload_mass` [kg], inertia
     `PAYLOAD_INERTIA`) at `payload_pos` (3,) [m] in the frame of `payload_body`; joint
     damping `damping` (7,) [N m s/rad], no other joint friction.
     """
     require_mujoco()
     spec = mujoco.MjSpec.from_string(_strip_urdf(urdf_path, fixed_joints))
+    spec.compiler.fusestatic = False        # fusing would delete the payload body from the spec
     spec.option.timestep = timestep
     spec.option.integrator = mujoco.mjtIntegrator.mjINT_RK4
     spec.option.disableflags |= (mujoco.mjtDisableBit.mjDSBL_CONTACT
@@ -160,7 +162,7 @@ def mass_matrix_diagonal(model: 'mujoco.MjModel', q: np.ndarray) -> np.ndarray:
     data.qpos[:] = q
     mujoco.mj_forward(model, data)
     full = np.zeros((model.nv, model.nv))
-    mujoco.mj_fullM(model, full, data.qM)
+    mujoco.mj_fullM(model, data, full)
     return np.diag(full).copy()
 
 
@@ -317,7 +319,9 @@ def fit_sysid(spec: 'mujoco.MjSpec', parameters: Sequence[SysidParameter],
     finally:
         absl_logging.set_verbosity(verbosity)
     wall = time.perf_counter() - start
+    log = printed.getvalue()
+    done = re.search(r'Terminated after (\d+) iterations', log)
+    iterations = int(done.group(1)) if done else len(result.extras.get('objective', ()))
     return SysidFit(names=tuple(p.name for p in parameters), value=np.asarray(result.x, float),
                     half_width=np.asarray(half_width, float), wall_s=wall,
-                    iterations=len(result.extras.get('objective', ())),
-                    windows=len(sequence_names), log=printed.getvalue())
+                    iterations=iterations, windows=len(sequence_names), log=log)

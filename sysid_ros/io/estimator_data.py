@@ -148,13 +148,16 @@ def _cut_pieces(problem: Problem, trajs: Sequence[Trajectory], window: int):
     shortest = min(steps)
     piece = window * windows
     if window < MIN_WINDOW_STEPS or piece > shortest:
-        most = max(shortest // MIN_WINDOW_STEPS, 1)
-        raise _error(problem, 'estimator.shooting_windows' if problem.config.estimator.window
-                     == 'all' else 'estimator.window',
-                     f'expected {windows} windows of {MIN_WINDOW_STEPS} to '
-                     f'{shortest // windows} steps each (at most {most} windows) for the '
-                     f'shortest trajectory ({shortest} steps at {problem.config.data.rate:g} '
-                     f'Hz), got windows of {window} steps')
+        rate = problem.config.data.rate
+        if problem.config.estimator.window == 'all':
+            raise _error(problem, 'estimator.shooting_windows', f'expected at most '
+                         f'{max(shortest // MIN_WINDOW_STEPS, 1)} windows of >= '
+                         f'{MIN_WINDOW_STEPS} steps for the shortest trajectory ({shortest} '
+                         f'steps at {rate:g} Hz), got {windows}')
+        raise _error(problem, 'estimator.window', f'expected {windows} window(s) of '
+                     f'{MIN_WINDOW_STEPS} to {shortest // windows} steps ({MIN_WINDOW_STEPS / rate:g}'
+                     f' to {shortest // windows / rate:g} s) for the shortest trajectory '
+                     f'({shortest} steps at {rate:g} Hz), got {window} steps')
     states, controls = [], []
     for traj in trajs:
         x = np.concatenate([traj.q, traj.qd], axis=1)

@@ -145,10 +145,12 @@ class FitResult:
     def interval(self) -> np.ndarray | None:
         """(2, M) 95 % interval [physical units], within the bounds: the 2.5 and 97.5
         percentiles of INTERVAL_MIN_PARTICLES or more posterior particles, else estimate
-        +- 1.96 std of the covariance; None for a point estimate without covariance."""
-        if self.best is None and self.particles.shape[0] >= INTERVAL_MIN_PARTICLES:
+        +- 1.96 std (of the covariance, or of fewer particles); None for a point estimate
+        without covariance or a single particle."""
+        sample = self.best is None
+        if sample and self.particles.shape[0] >= INTERVAL_MIN_PARTICLES:
             return np.percentile(self.particles, [2.5, 97.5], axis=0)
-        if self.best is not None and self.covariance is None:
+        if self.covariance is None and not (sample and self.particles.shape[0] > 1):
             return None
         band = 1.96 * self.std
         return np.clip(np.stack([self.estimate - band, self.estimate + band]), self.lower,

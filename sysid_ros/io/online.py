@@ -44,6 +44,7 @@ The session holds a lock: a worker thread may run `update` while a service callb
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 import threading
@@ -170,7 +171,8 @@ class OnlineSession:
 
     Args:
       problem: the problem; `estimator` and `online` settings come from its configuration
-        (`estimator.method` must be Bayesian).
+        (`estimator.method` must be Bayesian; `estimator.window: auto` means `all`: each
+        live window is one piece).
       warm_start: posterior file to start from (default: `online.warm_start`; none: the
         starting particles of `core.inference.particles`).
 
@@ -181,6 +183,12 @@ class OnlineSession:
 
     def __init__(self, problem: Problem, warm_start: str | None = None):
         cfg = problem.config
+        if cfg.estimator.window == 'auto':
+            # Each live window (`online.window_length`) is one piece of its own: one shape
+            # for every window, so the step compiles once.
+            cfg = dataclasses.replace(cfg, estimator=dataclasses.replace(cfg.estimator,
+                                                                         window='all'))
+            problem = dataclasses.replace(problem, config=cfg)
         self.problem = problem
         self.method = cfg.estimator.method
         if self.method not in registry.BAYESIAN_METHODS:

@@ -92,8 +92,8 @@ def check_recovery(label, problem, result, within_std=True):
     """Every estimate within TOLERANCE of the truth (and, for a posterior, within 3 of its
     standard deviations)."""
     truth = np.array([TRUTH[n] for n in problem.names])
-    error = result.mean - truth
-    print(f'{label}: mean {dict(zip(problem.names, np.round(result.mean, 4)))}, '
+    error = result.estimate - truth
+    print(f'{label}: mean {dict(zip(problem.names, np.round(result.estimate, 4)))}, '
           f'std {dict(zip(problem.names, np.round(result.std, 4)))}, '
           f'final loss {result.final_loss:.3g}, wall {result.wall_time:.1f} s')
     for name, e, std in zip(problem.names, error, result.std):

@@ -124,7 +124,7 @@ def test_prepare_trajectories_orders_names_and_resamples(problem, simulated):
 
 
 def _relative_errors(problem, result, truth):
-    return {n: (result.mean[problem.spec.index(n)] - truth[problem.spec.index(n)])
+    return {n: (result.estimate[problem.spec.index(n)] - truth[problem.spec.index(n)])
             / truth[problem.spec.index(n)] for n in IDENTIFIABLE}
 
 
@@ -148,21 +148,21 @@ def test_fit_nea_recovers_identifiable_parameters(problem, simulated):
     errors = _relative_errors(problem, result, truth)
     print('pipeline NEA relative errors:', {k: f'{v:+.2e}' for k, v in errors.items()})
     assert all(abs(e) < 0.05 for e in errors.values()), errors
-    assert abs(result.mean[problem.spec.index('link2.com.x')]) < 2e-3
+    assert abs(result.estimate[problem.spec.index('link2.com.x')]) < 2e-3
     assert result.consistent.all()
     assert result.info['rank'] == 7
     assert 1 <= result.iterations <= methods.NEA_MAX_ITERATIONS
     assert len(calls) == result.iterations and calls[-1][0] == result.iterations
     assert result.final_loss <= result.loss_history[0]
     np.testing.assert_array_equal(result.std, 0.0)
-    assert result.as_dict()['link1.mass'] == result.mean[0]
+    assert result.as_dict()['link1.mass'] == result.estimate[0]
     # Held-out prediction: the identified model predicts as well as the truth, the initial
     # guess much worse.
     held_out = pipeline.simulate(problem, duration=DURATION, noise=NOISE, seed=3,
                                  torque_scale=1.0)
     scores = {label: pipeline.prediction_error(problem, theta, held_out, horizon=50)
               for label, theta in (('truth', truth), ('guess', perturbed(problem)),
-                                   ('nea', result.mean))}
+                                   ('nea', result.estimate))}
     assert scores['nea']['rmse_q'] < 2.0 * scores['truth']['rmse_q']
     assert scores['guess']['rmse_q'] > 10.0 * scores['nea']['rmse_q']
 
@@ -214,7 +214,7 @@ def test_fit_result_mean_and_std():
         method='diffnea', names=('a', 'b'), particles=particles, initial=particles,
         lower=np.zeros(2), upper=np.full(2, np.inf), loss_history=np.ones(3), iterations=3,
         final_loss=1.0, wall_time=0.1, consistent=np.ones(2, bool))
-    np.testing.assert_allclose(result.mean, [2.0, 3.0])
+    np.testing.assert_allclose(result.estimate, [2.0, 3.0])
     np.testing.assert_allclose(result.std, [1.0, 1.0])
     assert result.as_dict('std') == {'a': 1.0, 'b': 1.0}
 
@@ -262,7 +262,7 @@ def test_fit_diffnea_recovers_panda_masses_and_damping():
     base = dataclasses.replace(problem, base_params=spec.to_params(jnp.asarray(guess),
                                                                    true_params))
     result = pipeline.fit(base, [traj], theta0=guess)
-    rel = (result.mean - truth) / truth
+    rel = (result.estimate - truth) / truth
     print('Panda DiffNEA relative errors:', dict(zip(spec.names, np.round(rel, 4))),
           f'wall {result.wall_time:.0f} s')
     assert result.consistent.all()
