@@ -12,9 +12,12 @@ the excitation, the driver and the report. Cases:
 
   dp   planar double pendulum, chaotic swinging under random multi-sine torques. Hidden: link
        masses U[0.5, 2.0] kg, COM along each link U[-0.4, -0.1] m, joint damping
-       U[0.02, 0.3] N m s/rad; each link's inertia about its COM is that of a uniform 0.5 m rod
-       of the drawn mass (`--truth-inertia nominal`: of the nominal 1 kg rod). Fitted bounds:
-       mass [0.2, 3.0], com.z [-0.5, 0.0], damping [0.0, 0.5].
+       U[0.02, 0.3] N m s/rad; each link's inertia about its COM is that of the nominal uniform
+       0.5 m, 1 kg rod, which the fitted models keep when they move mass and COM
+       (`--truth-inertia rod`: of a rod of the drawn mass, which no fit of these six parameters
+       can reach: the data fix m c and the inertia about the joint, so a wrong inertia about
+       the COM is absorbed by a wrong mass and COM). Fitted bounds: mass [0.2, 3.0],
+       com.z [-0.5, 0.0], damping [0.0, 0.5].
   arm  Panda (fingers welded), PD tracking of random multi-sine references around a
        comfortable pose. Hidden: a point-mass payload U[0.5, 3.0] kg at an offset from the
        flange (panda_link8) in the box [-0.05, 0.05]^2 x [0, 0.1] m, joint damping U[0.05, 1.0]
@@ -69,6 +72,7 @@ Q_NOISE = 1e-4               # [rad] std of the position noise
 QD_NOISE = 1e-3              # [rad/s] std of the velocity noise
 GRAVITY = 9.81               # [m/s^2]
 MAX_SPEED = 30.0             # [rad/s] a dp excitation that exceeds this is redrawn weaker
+MIN_SPEED = 10.0             # [rad/s] ... one that stays under it (no chaos) stronger
 DP_JOINTS = ('joint1', 'joint2')
 DP_LINKS = ('link1', 'link2')
 DP_BOUNDS = {'mass': (0.2, 3.0), 'com.z': (-0.5, 0.0), 'damping': (0.0, 0.5)}
@@ -80,7 +84,7 @@ PANDA_AMPLITUDE = np.array([0.5, 0.3, 0.5, 0.4, 0.6, 0.4, 0.8])        # [rad] r
 PAYLOAD_MASS_BOUNDS = (0.0, 5.0)                                     # [kg]
 PAYLOAD_OFFSET_BOUNDS = (np.array([-0.1, -0.1, -0.05]), np.array([0.1, 0.1, 0.15]))  # [m]
 DAMPING_BOUNDS_ARM = (0.0, 2.0)                                      # [N m s/rad]
-TRAJECTORY_SEED_SALT = 16                                            # issue number
+SEED_SALT = 16                                            # issue number
 
 
 # ------------------------------------------------------------------------------------------
@@ -203,14 +207,18 @@ def write_bag(path: str, t, q, qd, tau, joints: Sequence[str], seed: int, case: 
 def dp_recording(rng: np.random.Generator, truth: dict, duration: float,
                  inertia_mass: Sequence[float]):
     """Simulate the double pendulum with `truth` ({'mass', 'com_z', 'damping'}: (2,) each)
-    under multi-sine torques; redraw weaker while the speed exceeds MAX_SPEED.
-    Returns (t, q, qd, tau) noise-free."""
+    from rest at random angles in [-1, 1] rad under multi-sine torques (3 sines, 0.1-1.5 Hz),
+    peaks first 0.6 of each joint's largest gravity torque; a draw whose speed exceeds
+    MAX_SPEED is redrawn 0.7 times weaker, one whose speed stays under MIN_SPEED (no chaotic
+    swinging) 1.4 times stronger. Returns (t, q, qd, tau) noise-free."""
+    mass, com = np.asarray(truth['mass']), np.abs(np.asarray(truth['com_z']))
     model = hm.mujoco.MjModel.from_xml_string(hm.double_pendulum_mjcf(
-        truth['mass'], truth['com_z'], truth['damping'], inertia_mass=inertia_mass))
+        mass, truth['com_z'], truth['damping'], inertia_mass=inertia_mass))
     num = int(round(duration * RATE)) + 1
     t = np.arange(num) / RATE
-    # Peak torques: 0.6 of the nominal (1 kg, COM at mid-link) gravity torque of each joint.
-    peak = 0.6 * GRAVITY * np.array([0.25 + hm.DP_LENGTH, 0.25])
+    peak = 0.6 * GRAVITY * np.array([mass[0] * com[0] + mass[1] * hm.DP_LENGTH,
+                                      mass[1] * com[1]])
+    best = None
     for _ in range(30):
         torque, _ = multisine(t, peak, rng)
         q0 = rng.uniform(-1.0, 1.0, size=2)
@@ -219,14 +227,21 @@ def dp_recording(rng: np.random.Generator, truth: dict, duration: float,
             return torque[k]
 
         t, q, qd, tau = hm.simulate(model, q0, np.zeros(2), controller, duration, RATE)
-        if np.all(np.isfinite(qd)) and np.max(np.abs(qd)) <= MAX_SPEED:
+        speed = np.max(np.abs(qd)) if np.all(np.isfinite(qd)) else math.inf
+        if speed > MAX_SPEED:
+            peak = 0.7 * peak
+        elif speed < MIN_SPEED and duration >= 5.0:
+            best = (t, q, qd, tau)
+            peak = 1.4 * peak
+        else:
             return t, q, qd, tau
-        peak = 0.7 * peak
-    raise RuntimeError('dp: no bounded excitation found')
+    if best is None:
+        raise RuntimeError('dp: no bounded excitation found')
+    return best
 
 
 def make_dp_case(rng: np.random.Generator, seed: int, duration: float, out: str,
-                 truth_inertia: str = 'rod') -> Case:
+                 truth_inertia: str = 'nominal') -> Case:
     """Draw the double pendulum's truth, simulate and noise it, write URDF, config and bag."""
     truth = {'mass': rng.uniform(0.5, 2.0, 2), 'com_z': rng.uniform(-0.4, -0.1, 2),
              'damping': rng.uniform(0.02, 0.3, 2)}
@@ -478,19 +493,23 @@ def score(rows: Sequence[Row], estimate: dict[str, tuple[float, float, float]]):
     return worst, hits, len(rows)
 
 
-def _cell(entry, row: Row) -> tuple[str, str, str]:
+def _cell(entry, row: Row) -> tuple[str, str, str, str]:
+    """(value, 95% half-width, error %, interval holds the truth) of one estimate."""
     if entry is None:
-        return '-', '-', '-'
+        return '-', '-', '-', '-'
     value, lo, hi = entry
     if not math.isfinite(value):
-        return 'nan', '-', 'no'
+        return 'nan', '-', '-', 'no'
     err = abs(value - row.truth) / row.scale
-    return f'{value:.5g}', f'{100 * err:.2f}', 'yes' if lo <= row.truth <= hi else 'no'
+    return (f'{value:.5g}', f'{(hi - lo) / 2:.2g}', f'{100 * err:.2f}',
+            'yes' if lo <= row.truth <= hi else 'no')
 
 
 def format_table(case: Case, ours: OurFit, mujoco_rows) -> str:
-    """The per-parameter table of one case and one of our methods."""
-    head = ('parameter', 'truth', 'ours', 'err %', 'in CI', 'mujoco', 'err %', 'in CI')
+    """The per-parameter table of one case and one of our methods (+-: half-width of the 95%
+    interval)."""
+    head = ('parameter', 'truth', 'ours', '+-', 'err %', 'in CI', 'mujoco', '+-', 'err %',
+            'in CI')
     lines = []
     for row in case.rows:
         a = _cell(ours.rows.get(row.name) if ours.rows else None, row)
@@ -514,10 +533,14 @@ def run_case(case: Case, methods: Sequence[str | None], out: str, with_mujoco: b
     mujoco_fit, mujoco_rows = None, None
     if with_mujoco:
         print(f'[{case.name}] mujoco.sysid (Levenberg-Marquardt) ...', flush=True)
-        mujoco_fit, mujoco_rows = case.mujoco()
-        with open(os.path.join(out, case.name, 'mujoco_sysid.log'), 'w',
-                  encoding='utf-8') as f:
-            f.write(mujoco_fit.log)
+        try:
+            mujoco_fit, mujoco_rows = case.mujoco()
+        except Exception as exc:                # report ours even when the toolbox fails
+            print(f'[{case.name}] mujoco.sysid failed: {exc!r}', file=sys.stderr)
+        else:
+            with open(os.path.join(out, case.name, 'mujoco_sysid.log'), 'w',
+                      encoding='utf-8') as f:
+                f.write(mujoco_fit.log)
     for fit in fits:
         label = fit.method or 'default method'
         print(f'\n=== {case.name}: sysid fit ({label}) vs mujoco.sysid ===')
@@ -526,10 +549,13 @@ def run_case(case: Case, methods: Sequence[str | None], out: str, with_mujoco: b
             print(f'note: {case.note}')
         worst, hits, n = score(case.rows, fit.rows)
         est = fit.estimate or {}
+        warnings = list(fit.warnings or [])
         print(f'ours: exit {fit.exit_code}, wall {fit.wall_s:.1f} s (fit itself '
-              f'{est.get("wall_time_s", math.nan)} s, method {est.get("method", "?")}), '
-              f'converged {fit.converged}, warnings {fit.warnings}, max rel err {_fmt(worst)}, '
-              f'coverage {hits}/{n}; log {fit.log}')
+              f'{est.get("wall_time_s", math.nan)} s, method {est.get("method", "?")}, '
+              f'{est.get("iterations", "?")} iterations), converged {fit.converged}, '
+              f'max rel err {_fmt(worst)}, coverage {hits}/{n}; log {fit.log}')
+        for warning in warnings:
+            print(f'ours: warning: {str(warning)[:160]}')
         prefix = case.name if fit.method is None else f'{case.name}_{fit.method}'
         result[f'{prefix}_max_rel_err'] = _fmt(worst)
         result[f'{prefix}_wall_s'] = f'{fit.wall_s:.1f}'
@@ -584,9 +610,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--no-mujoco', action='store_true', help="skip MuJoCo's sysid toolbox")
     p.add_argument('--quick', action='store_true',
                    help='short run: 10 s double pendulum only')
-    p.add_argument('--truth-inertia', choices=('rod', 'nominal'), default='rod',
-                   help='dp: inertia about each COM of the truth: of a rod of the drawn mass '
-                        '(default) or of the nominal 1 kg rod (reachable by the fitted model)')
+    p.add_argument('--truth-inertia', choices=('nominal', 'rod'), default='nominal',
+                   help='dp: inertia about each COM of the truth: of the nominal 1 kg rod '
+                        '(default; the fitted models keep it, so the truth is reachable) or of '
+                        'a rod of the drawn mass (not reachable: the fits trade mass against '
+                        'COM to match the inertia about the joint)')
     p.add_argument('--timeout', type=float, default=3600.0,
                    help='limit of each sysid fit [s] (exit 124 past it)')
     return p
@@ -616,7 +644,7 @@ def main(argv=None) -> int:
           f'output {out}', flush=True)
     entries: dict[str, str] = {}
     for name in args.cases:
-        rng = np.random.default_rng([seed, TRAJECTORY_SEED_SALT, ('dp', 'arm').index(name)])
+        rng = np.random.default_rng([seed, SEED_SALT, ('dp', 'arm').index(name)])
         start = time.perf_counter()
         if name == 'dp':
             case = make_dp_case(rng, seed, args.duration, out, args.truth_inertia)

@@ -1,0 +1,138 @@
+"""Out of the box (issue 16): a configuration with only model, bounds and data runs the
+default method (lm) to a converged, accurate estimate with intervals; failures say so."""
+
+import numpy as np
+import pytest
+import yaml
+
+from sysid_ros import cli
+from sysid_ros.io import config as config_io
+from sysid_ros.io import fitting, pipeline, results
+from sysid_ros.io import trajectory as trajectory_io
+
+BOUNDS = {'link1': {'mass': {'min': 0.2, 'max': 3.0}, 'com': {'z': {'min': -0.5, 'max': 0.0}}},
+          'link2': {'mass': {'min': 0.2, 'max': 3.0}, 'com': {'z': {'min': -0.5, 'max': 0.0}}},
+          'joint1': {'damping': {'min': 0.0, 'max': 0.5}},
+          'joint2': {'damping': {'min': 0.0, 'max': 0.5}}}
+
+
+def _config(parameters=BOUNDS, **estimator):
+    d = {'model': {'builder': 'double_pendulum', 'integrator': 'rk4'},
+         'parameters': parameters, 'data': {'rate': 100.0}}
+    if estimator:
+        d['estimator'] = estimator
+    return d
+
+
+@pytest.fixture(scope='module')
+def problem():
+    return pipeline.build_problem(config_io.from_dict(_config()))
+
+
+@pytest.fixture(scope='module')
+def truth(problem):
+    """A random truth within the bounds (seeded: the test is reproducible)."""
+    rng = np.random.default_rng(16)
+    return np.array([rng.uniform(0.5, 2.0), rng.uniform(-0.4, -0.1), rng.uniform(0.5, 2.0),
+                     rng.uniform(-0.4, -0.1), rng.uniform(0.02, 0.3), rng.uniform(0.02, 0.3)])
+
+
+@pytest.fixture(scope='module')
+def traj(problem, truth):
+    params = problem.spec.to_params(truth, problem.base_params)
+    return pipeline.simulate(problem, params, duration=8.0, noise=1e-4, seed=3,
+                             torque_scale=3.0)
+
+
+@pytest.fixture(scope='module')
+def lm_fit(problem, traj):
+    lines = []
+    return pipeline.fit(problem, [traj], log=lines.append), lines
+
+
+def test_defaults_are_lm_with_windows_from_the_data(problem):
+    cfg = problem.config.estimator
+    assert cfg.method == 'lm' and cfg.window == 'auto' and cfg.init == 'point'
+
+
+def test_lm_recovers_a_random_truth_with_intervals(lm_fit, truth, problem):
+    result, lines = lm_fit
+    error = np.abs(result.estimate - truth) / np.abs(truth)
+    print(f'lm: {result.iterations} iterations, max rel error {error.max():.2e}, '
+          f'std {result.std}, window {result.info["window_steps"]} steps')
+    assert result.converged and result.convergence == 'tolerance' and not result.warnings
+    assert error.max() < 1e-3
+    lo, hi = result.interval()
+    assert np.all(lo <= result.estimate) and np.all(result.estimate <= hi)
+    # Coverage is measured by bench/heldout.py over many truths; here the interval must at
+    # least be of the size of the error (not zero, not the bounds).
+    assert np.all(result.std > 0) and np.all(hi - lo < 0.01 * (result.upper - result.lower))
+    ident = result.info['identifiability']
+    assert ident['condition_number'] < 1e4 and not ident['warnings'] and not lines
+    assert result.info['window_source'] == 'auto'
+    assert result.info['starts_agreeing'] == '1 of 1'
+
+
+def test_cli_writes_converged_intervals_and_exits_zero(problem, traj, tmp_path):
+    config = tmp_path / 'dp.yaml'
+    config.write_text(yaml.safe_dump({'/**': {'ros__parameters': _config()}}))
+    data = tmp_path / 'run.npz'
+    trajectory_io.save_trajectory(data, traj)
+    out = tmp_path / 'out'
+    assert cli.main(['fit', '--config', str(config), '--data', str(data), '--out',
+                     str(out)]) == 0
+    estimate = results.read_estimate(out)
+    assert estimate['method'] == 'lm' and estimate['converged'] is True
+    assert estimate['warnings'] == [] and estimate['convergence'] == 'tolerance'
+    for entry in estimate['parameters'].values():
+        lo, hi = entry['ci95']
+        assert lo <= entry['mean'] <= hi
+    assert 'identifiability' in estimate['diagnostics']
+
+
+def test_an_unidentifiable_parameter_is_named_before_the_fit(traj):
+    # A planar pendulum swinging about y never excites ixx of link 2.
+    parameters = dict(BOUNDS, link2={**BOUNDS['link2'],
+                                     'inertia': {'ixx': {'min': 0.0, 'max': 0.1}}})
+    problem = pipeline.build_problem(config_io.from_dict(_config(parameters, iterations=3)))
+    lines = []
+    result = pipeline.fit(problem, [traj], log=lines.append)
+    ident = result.info['identifiability']
+    assert 'link2.inertia.ixx' in ident['poorly_determined']
+    assert any(line.startswith('WARNING lm:') and 'link2.inertia.ixx' in line
+               for line in lines)
+
+
+def test_several_starts_return_the_best_not_their_mean(traj):
+    cfg = config_io.from_dict(_config(particles=3, iterations=2))
+    result = pipeline.fit(pipeline.build_problem(cfg), [traj])
+    assert any(np.array_equal(result.estimate, row) for row in result.particles)
+    assert not np.allclose(result.estimate, result.particles.mean(axis=0))
+    assert result.info['starts_agreeing'].endswith('of 3')
+
+
+def test_bayesian_methods_start_from_the_lm_estimate(problem, traj, lm_fit):
+    cfg = config_io.from_dict(_config(method='csvgd', particles=4, iterations=2))
+    result = pipeline.fit(pipeline.build_problem(cfg), [traj])
+    assert 'start_fit' in result.info
+    np.testing.assert_allclose(result.initial[0], lm_fit[0].estimate, rtol=1e-6)
+    spread = result.initial.std(axis=0) / (result.upper - result.lower)
+    assert np.all(spread < 0.05)                 # near the estimate, not Sobol over the box
+    assert not result.converged and result.warnings       # two steps: said so
+
+
+def test_diagnose_names_each_symptom(problem):
+    spec = problem.spec
+    initial = np.tile(np.asarray(spec.initial_theta(problem.base_params)), (2, 1))
+    steps = fitting.StepsResult(state=None, info=None, history=np.ones(30),
+                                interrupted=False)
+    frozen = fitting.diagnose('csvgd', np.ones(30), initial, initial, None, 50.0, steps, spec)
+    assert not frozen.converged
+    assert any('never moved' in w for w in frozen.warnings)
+    assert any('loss 50' in w and 'model.actuator' in w for w in frozen.warnings)
+    falling = fitting.diagnose('csvgd', np.geomspace(10.0, 1.0, 30), initial, initial + 0.01,
+                               None, 1.0, steps, spec)
+    assert not falling.converged and 'estimator.iterations' in falling.warnings[0]
+    flat = fitting.diagnose('csvgd', np.ones(30), initial, initial + 0.01, None, 1.0, steps,
+                            spec)
+    assert flat.converged and flat.reason.startswith('loss flat') and not flat.warnings
