@@ -131,10 +131,10 @@ def panda_spec(urdf_path: str, fixed_joints: Sequence[str], joints: Sequence[str
     """MjSpec of the Panda compiled by MuJoCo from the URDF, with the hidden truth added.
 
     Visuals and collisions are dropped, `fixed_joints` (the fingers) welded at zero, joint
-    limits and contacts disabled, static bodies kept (not fused), RK4 at `timestep`; one motor `<joint>_motor` per joint of
-    `joints` (gear 1, unlimited); a body `payload` (a point mass `payload_mass` [kg], inertia
-    `PAYLOAD_INERTIA`) at `payload_pos` (3,) [m] in the frame of `payload_body`; joint
-    damping `damping` (7,) [N m s/rad], no other joint friction.
+    limits and contacts disabled, static bodies kept (not fused), RK4 at `timestep`; one
+    motor `<joint>_motor` per joint of `joints` (gear 1, unlimited); a body `payload` (a point
+    mass `payload_mass` [kg], inertia `PAYLOAD_INERTIA`) at `payload_pos` (3,) [m] in the
+    frame of `payload_body`; joint damping `damping` (7,) [N m s/rad], no other friction.
     """
     require_mujoco()
     spec = mujoco.MjSpec.from_string(_strip_urdf(urdf_path, fixed_joints))

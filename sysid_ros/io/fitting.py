@@ -376,7 +376,11 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
         return losses[-1]
 
     def converged(step_info):
-        return bool(np.asarray(step_info.converged))
+        # Point methods also stop once their loss is flat; a sampler's best loss may level
+        # off while its particles still spread, so those run their budget.
+        return bool(np.asarray(step_info.converged)) or (
+            not entry.bayesian and len(losses) >= 2 * STALL_STEPS
+            and _loss_fall(np.asarray(losses), STALL_STEPS) < STALL_RTOL)
 
     steps = run_steps(lambda s: est.step(s, data, None), state, iterations, record, progress,
                       start, converged)
@@ -470,6 +474,15 @@ def identifiability_report(problem: Problem, hessian: np.ndarray, theta) -> dict
             'warnings': warnings}
 
 
+def _loss_fall(history: np.ndarray, tail: int) -> float:
+    """Relative fall of the lowest loss over the last `tail` steps of `history` (inf when
+    there are no steps before them or no finite loss)."""
+    before, recent = history[:-tail], history[-tail:]
+    if not before.size or not np.isfinite(np.min(before)):
+        return np.inf
+    return float((np.min(before) - np.min(recent)) / max(abs(np.min(before)), 1e-300))
+
+
 class Diagnosis(NamedTuple):
     """`converged`, how the fit stopped (`reason`) and the `warnings` lines (`diagnose`)."""
 
@@ -500,9 +513,7 @@ def diagnose(method: str, history, initial, theta, final, loss: float, steps: St
         converged, reason = True, 'tolerance'
     else:
         tail = max(STALL_STEPS, int(np.ceil(STALL_SHARE * history.size)))
-        before, recent = history[:-tail], history[-tail:]
-        fall = ((np.min(before) - np.min(recent)) / max(abs(np.min(before)), 1e-300)
-                if before.size and np.isfinite(np.min(before)) else np.inf)
+        fall = _loss_fall(history, tail)
         converged = bool(fall < STALL_RTOL)
         reason = (f'loss flat (fell {max(fall, 0.0):.2g} over the last {tail} iterations)'
                   if converged else f'iteration budget ({history.size}) spent')
