@@ -318,7 +318,7 @@ class EstimatorNode(Node):
 
     def _publish(self, result: online.WindowResult, window, predicted) -> None:
         names = self.problem.names
-        self._estimate_pub.publish(matrix_message(np.stack([result.estimate, result.std]),
+        self._estimate_pub.publish(matrix_message(np.stack([result.mean, result.std]),
                                                   'mean,std', names))
         self._particles_pub.publish(matrix_message(self.session.particles, 'particles',
                                                    names))
@@ -341,7 +341,7 @@ class EstimatorNode(Node):
             return
         if not self._push.service_is_ready():
             return
-        values = dict(zip(self.problem.names, result.estimate))
+        values = dict(zip(self.problem.names, result.mean))
         request = SetParameters.Request(parameters=[
             Parameter(name=target, value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE,
                                                         double_value=float(values[source])))
