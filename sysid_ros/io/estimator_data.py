@@ -112,9 +112,11 @@ def auto_window_steps(problem: Problem, trajs: Sequence[Trajectory], noise: np.n
                       theta=None) -> int:
     """Steps over which open-loop predictions at `theta` (default: the spec's starting
     values) from measured states stay within AUTO_WINDOW_SIGMAS noise stds (module doc),
-    within AUTO_WINDOW_S and the shortest trajectory."""
+    within AUTO_WINDOW_S and so that a piece of `shooting_windows` windows fits into the
+    shortest trajectory."""
     rate = problem.config.data.rate
-    shortest = min(t.num_samples for t in trajs) - 1
+    windows = problem.config.estimator.shooting_windows
+    shortest = (min(t.num_samples for t in trajs) - 1) // windows
     lowest = min(max(int(round(AUTO_WINDOW_S[0] * rate)), MIN_WINDOW_STEPS), shortest)
     longest = min(max(int(round(AUTO_WINDOW_S[1] * rate)), lowest), shortest)
     starts = [(k, i) for k, t in enumerate(trajs)

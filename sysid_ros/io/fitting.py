@@ -334,18 +334,24 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
     if entry.bayesian:
         estimator_data.check_bounds(problem, method)
     options = method_options(problem, iterations)
+    point = None
+    if entry.bayesian and cfg.init == 'point' and theta0 is None:
+        # lm's windows each start at their own state: single shooting, windows from the data.
+        single = dataclasses.replace(problem, config=dataclasses.replace(
+            problem.config, estimator=dataclasses.replace(cfg, shooting_windows=1,
+                                                          window='auto')))
+        point = fit_estimator(single, trajs, registry.DEFAULT_POINT_METHOD,
+                              START_FIT_ITERATIONS, seed=seed, log=log)
+        info['start_fit'] = _start_summary(point)
+        log(f'{method}: starting from the {point.method} estimate ({info["start_fit"]})')
+        if point.warnings or point.covariance is None:
+            log(f'{method}: the start fit did not converge; starting from Sobol points')
+            point = None
     try:
-        if entry.bayesian and cfg.init == 'point' and theta0 is None:
-            point = fit_estimator(problem, trajs, registry.DEFAULT_POINT_METHOD,
-                                  START_FIT_ITERATIONS, seed=seed, log=log)
-            info['start_fit'] = _start_summary(point)
-            log(f'{method}: starting from the {point.method} estimate ({info["start_fit"]})')
-            if point.warnings or point.covariance is None:
-                log(f'{method}: the start fit did not converge; starting from Sobol points')
-            else:
-                window_theta = point.estimate
-                theta0 = particles.gaussian_particles(spec, point.estimate, point.covariance,
-                                                      options.num_particles, seed)
+        if point is not None:
+            window_theta = point.estimate
+            theta0 = particles.gaussian_particles(spec, point.estimate, point.covariance,
+                                                  options.num_particles, seed)
         theta_init = particles.initial_particles(spec, problem.base_params,
                                                  options.num_particles, seed, theta0)
     except ValueError as exc:
@@ -376,11 +382,7 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
         return losses[-1]
 
     def converged(step_info):
-        # Point methods also stop once their loss is flat; a sampler's best loss may level
-        # off while its particles still spread, so those run their budget.
-        return bool(np.asarray(step_info.converged)) or (
-            not entry.bayesian and len(losses) >= 2 * STALL_STEPS
-            and _loss_fall(np.asarray(losses), STALL_STEPS) < STALL_RTOL)
+        return bool(np.asarray(step_info.converged))
 
     steps = run_steps(lambda s: est.step(s, data, None), state, iterations, record, progress,
                       start, converged)

@@ -110,7 +110,7 @@ def test_minimal_dict_defaults_and_flattening():
     assert cfg.parameters.bounds == {'link2.mass': (0.05, 0.5), 'link2.com.x': (-0.2, 0.2),
                                      'joint1.damping': (0.0, 0.5)}
     assert cfg.parameters.init == {'link2.com.x': 0.1}
-    assert cfg.model.actuator == 'viscous' and cfg.model.integrator == 'semi_implicit_euler'
+    assert cfg.model.actuator == 'viscous' and cfg.model.integrator == 'rk4'
     assert cfg.data.rate == 100.0 and cfg.data.joint_states_topic == '/joint_states'
     assert cfg.estimator.particles == 1 and cfg.source is None
     assert cfg.dt == pytest.approx(0.01)
