@@ -166,6 +166,20 @@ def interval(entry: dict) -> tuple[float, float, float]:
     return mean, mean - 1.96 * std, mean + 1.96 * std
 
 
+def damping_parameters(joints: Sequence[str], nominal: float, lower: float,
+                       upper: float) -> list:
+    """MuJoCo toolbox parameters of each joint's viscous damping [N m s/rad]."""
+    return [hm.SysidParameter(f'{joint}.damping', nominal, lower, upper,
+                              lambda s, v, j=joint: setattr(s.joint(j), 'damping',
+                                                            [v, 0.0, 0.0]))
+            for joint in joints]
+
+
+def fit_intervals(fit) -> dict[str, tuple[float, float, float]]:
+    """{name: (value, low, high)} of a toolbox fit's 95 % intervals."""
+    return {n: (v, v - h, v + h) for n, v, h in zip(fit.names, fit.value, fit.half_width)}
+
+
 def double_pendulum_urdf(mass: float = 1.0, com_z: float = -hm.DP_LENGTH / 2) -> str:
     """URDF of the planar double pendulum: `link1`, `link2` (length 0.5 m, hanging along -z,
     mass `mass` [kg], COM at z = `com_z` [m], uniform-rod inertia of `mass`) on continuous
@@ -287,13 +301,9 @@ def make_dp_case(rng: np.random.Generator, seed: int, duration: float, out: str,
             params.append(hm.SysidParameter(f'{link}.com.z', -0.25, clo, chi,
                                             lambda s, v, b=link: setattr(s.body(b), 'ipos',
                                                                          [0.0, 0.0, v])))
-        for joint in DP_JOINTS:
-            params.append(hm.SysidParameter(f'{joint}.damping', 0.0, dlo, dhi,
-                                            lambda s, v, j=joint: setattr(s.joint(j), 'damping',
-                                                                          [v, 0.0, 0.0])))
+        params += damping_parameters(DP_JOINTS, 0.0, dlo, dhi)
         fit = hm.fit_sysid(spec, params, DP_JOINTS, t, q, qd, tau)
-        return fit, {n: (v, v - h, v + h) for n, v, h in zip(fit.names, fit.value,
-                                                              fit.half_width)}
+        return fit, fit_intervals(fit)
 
     note = ('inertia about each COM: uniform rod of the drawn mass (truth); both fits keep '
             'the nominal 1 kg rod\'s' if truth_inertia == 'rod' else
@@ -406,13 +416,9 @@ def make_arm_case(rng: np.random.Generator, seed: int, duration: float, out: str
             params.append(hm.SysidParameter(f'payload.com.{axis}', FLANGE[i] + (0.05 if i == 2
                                                                                else 0.0),
                                             float(box_lo[i]), float(box_hi[i]), apply))
-        for joint in PANDA_JOINTS:
-            params.append(hm.SysidParameter(f'{joint}.damping', 0.003, dlo, dhi,
-                                            lambda s, v, j=joint: setattr(s.joint(j), 'damping',
-                                                                          [v, 0.0, 0.0])))
+        params += damping_parameters(PANDA_JOINTS, 0.003, dlo, dhi)
         fit = hm.fit_sysid(fit_spec, params, PANDA_JOINTS, t, q, qd, tau)
-        return fit, {n: (v, v - h, v + h) for n, v, h in zip(fit.names, fit.value,
-                                                              fit.half_width)}
+        return fit, fit_intervals(fit)
 
     note = ('ours: payload derived from panda_link7 mass/COM (the configuration has no '
             'payload); payload COM in the panda_link7 frame; MuJoCo fits the payload body')

@@ -435,8 +435,7 @@ def _start_summary(point: FitResult) -> str:
 def _agreeing(theta, loss, best_theta, spec) -> str:
     """'k of P': restarts whose loss is within AGREE_LOSS of the best and whose parameters
     are within AGREE_WIDTH of the bounds' width (or relative) of the best's."""
-    lower, upper = np.asarray(spec.lower_bounds, float), np.asarray(spec.upper_bounds, float)
-    width = np.where(np.isfinite(upper - lower), upper - lower, np.abs(best_theta) + 1.0)
+    width = np.asarray(spec.range_width(best_theta))
     best_loss = np.min(loss)
     close = (np.all(np.abs(theta - best_theta) <= AGREE_WIDTH * width, axis=1)
              & (loss <= best_loss * (1.0 + AGREE_LOSS)))
@@ -450,13 +449,11 @@ def identifiability_report(problem: Problem, hessian: np.ndarray, theta) -> dict
     combination, and warning lines for a condition number above IDENTIFIABILITY_CONDITION
     or parameters whose predicted std exceeds IDENTIFIABILITY_WIDTH of their bounds width."""
     spec = problem.spec
-    ident = lm.identifiability(jnp.asarray(hessian), jnp.asarray(theta), spec.lower,
-                               spec.upper)
+    width = np.asarray(spec.range_width(theta))
+    ident = lm.identifiability(jnp.asarray(hessian), jnp.asarray(width))
     singular = np.asarray(ident.singular_values, dtype=float)
     condition = float(ident.condition_number)
     std = np.asarray(ident.predicted_std, dtype=float)
-    lower, upper = np.asarray(spec.lower_bounds, float), np.asarray(spec.upper_bounds, float)
-    width = np.where(np.isfinite(upper - lower), upper - lower, np.abs(theta) + 1.0)
     weakest = np.asarray(ident.directions[-1], dtype=float)
     combination = ' '.join(f'{v:+.2f} {n}' for v, n in sorted(
         zip(weakest, spec.names), key=lambda p: -abs(p[0])) if abs(v) >= 0.1)
@@ -523,8 +520,7 @@ def diagnose(method: str, history, initial, theta, final, loss: float, steps: St
             warnings.append(f'{method} did not converge in {history.size} iterations (the '
                             f'loss still fell {fall:.2g} over the last {tail}); raise '
                             'estimator.iterations')
-    lower, upper = np.asarray(spec.lower_bounds, float), np.asarray(spec.upper_bounds, float)
-    width = np.where(np.isfinite(upper - lower), upper - lower, np.abs(initial[0]) + 1.0)
+    width = np.asarray(spec.range_width(initial[0]))
     if np.all(np.abs(np.asarray(theta) - np.asarray(initial)) <= MOVED_WIDTH * width):
         warnings.append(f'{method}: the particles never moved from their start; check '
                         'estimator.learning_rate and estimator.window')

@@ -171,7 +171,7 @@ def make_levenberg_marquardt(block_residual_fn: Callable, lower, upper) -> Kerne
     Returns:
       Kernel with `init(theta0 (M,), starts0 (K, S), data, prior) -> LMState` (theta0
       clipped into the bounds) and `step(state, data, prior) -> (LMState, LMInfo)`;
-      `prior` is None or a (mean (M,), precision (M, M)) pair.
+      `prior` is None or a (mean (M,), precision (M, M)) pair (e.g. `base.GaussianPrior`).
     """
     lower, upper = jnp.asarray(lower), jnp.asarray(upper)
 
@@ -244,7 +244,7 @@ class Identifiability(NamedTuple):
 
     Attributes:
       singular_values: (M,) of the Jacobian with each column scaled by its parameter's
-        range (bounds width, or |theta| + 1 where unbounded), descending [-].
+        range, descending [-].
       condition_number: () largest over smallest singular value (inf if one is zero).
       predicted_std: (M,) sqrt(diag(A^+)) [physical units]: the std a fit would have with
         unit-variance independent residuals.
@@ -258,10 +258,10 @@ class Identifiability(NamedTuple):
     directions: jax.Array
 
 
-def identifiability(hessian, theta, lower, upper) -> Identifiability:
-    """`Identifiability` of a Gauss-Newton Hessian (M, M) at theta (M,) within the bounds."""
-    width = jnp.asarray(upper) - jnp.asarray(lower)
-    scale = jnp.where(jnp.isfinite(width), width, jnp.abs(theta) + 1.0)
+def identifiability(hessian, scale) -> Identifiability:
+    """`Identifiability` of a Gauss-Newton Hessian (M, M), each parameter's column scaled by
+    its range `scale` (M,) [physical units] (e.g. `ParameterSpec.range_width`)."""
+    scale = jnp.asarray(scale)
     scaled = hessian * scale[:, None] * scale[None, :]
     eigenvalues, vectors = jnp.linalg.eigh(scaled)
     order = jnp.argsort(-eigenvalues)

@@ -533,17 +533,13 @@ def make_lm(target: Target, options: Options) -> Estimator:
     spec = target.spec
     kernel = lm_kernel.make_levenberg_marquardt(blocks, spec.lower, spec.upper)
 
-    def as_pair(prior):
-        return None if prior is None else (prior.mean, prior.precision)
-
     def init(key, theta0, data, prior=None):
         del key
         return jax.vmap(kernel.init, in_axes=(0, None, None, None))(
-            jnp.asarray(theta0), data.x0, data, as_pair(prior))
+            jnp.asarray(theta0), data.x0, data, prior)
 
     def step(state, data, prior=None):
-        new, info = jax.vmap(kernel.step, in_axes=(0, None, None))(state, data,
-                                                                 as_pair(prior))
+        new, info = jax.vmap(kernel.step, in_axes=(0, None, None))(state, data, prior)
         lin = state.lin
         finite = jnp.isfinite(lin.cost)
         return new, StepInfo(

@@ -142,7 +142,7 @@ def gaussian_particles(spec: ParameterSpec, mean, covariance, num_particles: int
     if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(covariance))):
         raise ValueError('particles: the point estimate or its covariance is not finite')
     lower, upper = _bounds(spec)
-    width = np.where(np.isfinite(upper - lower), upper - lower, np.abs(mean) + 1.0)
+    width = np.asarray(spec.range_width(mean))
     spread = 0.5 * (covariance + covariance.T) + np.diag((GAUSSIAN_FLOOR * width) ** 2)
     rng = np.random.default_rng(seed)
     draws = rng.multivariate_normal(mean, spread, size=int(num_particles) - 1,

@@ -332,6 +332,12 @@ class ParameterSpec:
 
     # -- checks and sampling -----------------------------------------------------------------
 
+    def range_width(self, theta: jax.Array) -> jax.Array:
+        """(M,) the range of each parameter [physical units]: its bounds' width where both
+        are finite, else |theta| + 1 (theta (M,) the values the range is judged at)."""
+        width = self.upper - self.lower
+        return jnp.where(jnp.isfinite(width), width, jnp.abs(jnp.asarray(theta)) + 1.0)
+
     def within_bounds(self, theta: jax.Array) -> jax.Array:
         """(..., M) -> (...,) bool: every entry within [lower, upper]."""
         theta = jnp.asarray(theta)
