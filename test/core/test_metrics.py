@@ -326,6 +326,16 @@ def test_predictive_log_likelihood_is_the_mixture_over_simulations():
         metrics.gaussian_log_likelihood(sim[0], real, noise_std), rtol=1e-12)
 
 
+def test_segment_predictive_log_likelihood_mixes_each_segments_own_rollouts():
+    rng = np.random.default_rng(161)
+    real, sim = rng.normal(size=(4, 6, 2)), rng.normal(size=(3, 4, 6, 2))
+    noise_std = np.array([0.7, 1.2])
+    expected = sum(float(metrics.predictive_log_likelihood(real[i:i + 1], sim[:, i], noise_std))
+                   for i in range(4))
+    got = jax.jit(metrics.segment_predictive_log_likelihood)(real, sim, noise_std)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
 def test_nmse_of_perfect_and_mean_predictors():
     rng = np.random.default_rng(170)
     obs = rng.normal(size=(5000, 3)) * np.array([0.01, 1.0, 100.0]) + np.array([5.0, 0.0, -3.0])

@@ -45,6 +45,7 @@ independent unit-variance residuals the two agree.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 import jax
@@ -174,11 +175,14 @@ def make_levenberg_marquardt(block_residual_fn: Callable, lower, upper) -> Kerne
       `prior` is None or a (mean (M,), precision (M, M)) pair (e.g. `base.GaussianPrior`).
     """
     lower, upper = jnp.asarray(lower), jnp.asarray(upper)
+    # One jitted linearisation that init and step both call: JAX traces the residuals' forward
+    # Jacobian once for both (tracing it is most of a cold fit's start-up).
+    linearized = jax.jit(functools.partial(linearize, block_residual_fn))
 
     def init(theta0, starts0, data, prior=None):
         theta = jnp.clip(jnp.asarray(theta0), lower, upper)
         return LMState(theta=theta, starts=starts0,
-                       lin=linearize(block_residual_fn, theta, starts0, data, prior),
+                       lin=linearized(theta, starts0, data, prior),
                        damping=jnp.asarray(INITIAL_DAMPING, theta.dtype),
                        nu=jnp.asarray(2.0, theta.dtype), converged=jnp.zeros((), bool))
 
@@ -197,7 +201,7 @@ def make_levenberg_marquardt(block_residual_fn: Callable, lower, upper) -> Kerne
                      + jnp.einsum('ks,ksu,ku->', d_starts, lin.h_ss, d_starts))
         predicted = -(lin.g_theta @ d + jnp.sum(lin.g_starts * d_starts) + 0.5 * quadratic)
         trial_starts = state.starts + d_starts
-        new_lin = linearize(block_residual_fn, trial, trial_starts, data, prior)
+        new_lin = linearized(trial, trial_starts, data, prior)
         reduction = lin.cost - new_lin.cost
         accepted = jnp.isfinite(new_lin.cost) & (reduction > 0.0)
         rho = reduction / jnp.where(predicted > 0.0, predicted, jnp.inf)

@@ -12,7 +12,8 @@ D_sim (M, T, D) with a set of held-out real trajectories D_real (N, T, D):
   * `mmd`: maximum mean discrepancy with an RBF kernel (median-heuristic bandwidth);
   * `gaussian_log_likelihood` and `predictive_log_likelihood`: the log-likelihood of held-out
     trajectories under Gaussian observation noise, for one prediction or for the posterior
-    predictive mixture over simulated trajectories;
+    predictive mixture over simulated trajectories (`segment_predictive_log_likelihood`: per
+    segment, against that segment's rollouts);
   * `nmse`: mean squared error of a prediction normalised by the variance of the observations.
 
 The nearest-neighbour estimators run on the host with `scipy.spatial.cKDTree` (NumPy in,
@@ -34,6 +35,7 @@ __all__ = [
     'mmd',
     'gaussian_log_likelihood',
     'predictive_log_likelihood',
+    'segment_predictive_log_likelihood',
     'nmse',
 ]
 
@@ -308,6 +310,27 @@ def predictive_log_likelihood(real, sim, noise_std) -> jax.Array:
         return jax.nn.logsumexp(log_lik) - jnp.log(sim.shape[0])
 
     return jnp.sum(jax.lax.map(one_real, real))
+
+
+def segment_predictive_log_likelihood(real, sim, noise_std) -> jax.Array:
+    """`predictive_log_likelihood` of segments, each against the rollouts of that segment only.
+
+        sum_i log( 1/M sum_j N(real_i; sim_{j,i}, noise_std^2) ),
+
+    for held-out segments that each start from their own measured state, so the rollouts of
+    segment i are the mixture components of segment i alone. jit it once per shape.
+
+    Args:
+      real: (N, T, D) measured segments.
+      sim: (M, N, T, D) rollouts, one per posterior sample and segment.
+      noise_std: () or (D,) observation noise standard deviation per dimension, > 0.
+
+    Returns:
+      () the log-likelihood of all N segments [nats].
+    """
+    per_segment = jax.vmap(lambda r, s: predictive_log_likelihood(r[None], s, noise_std),
+                           in_axes=(0, 1))
+    return jnp.sum(per_segment(jnp.asarray(real), jnp.asarray(sim)))
 
 
 def nmse(pred, obs, *, per_dim: bool = False) -> jax.Array:
