@@ -253,6 +253,10 @@ class ModelConfig:
       integrator: one of INTEGRATORS (default rk4: semi-implicit Euler at a recording's rate
         biased the held-out fits by 8-13 %, bench/heldout.py).
       dt: integration step [s]; None: 1 / data.rate.
+      payload: a point mass the robot holds, which `parameters.payload.mass` and
+        `parameters.payload.com.x|y|z` identify: `{link: <link or fixed frame of the URDF>,
+        mass: <nominal kg, default 0>, com: [x, y, z] (nominal position in that frame [m],
+        default 0)}`; empty: none.
     """
 
     urdf: str | None = _opt(None, 'str', optional=True)
@@ -263,11 +267,14 @@ class ModelConfig:
     actuator: str = _opt('viscous', 'str', choices=ACTUATORS)
     integrator: str = _opt('rk4', 'str', choices=INTEGRATORS)
     dt: float | None = _opt(None, 'float', unit='s', optional=True, gt=0.0)
+    payload: dict[str, Any] = _opt({}, 'map')
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], path: str | None = None) -> 'ModelConfig':
         """Validate the `model` section; relative `urdf` paths resolve against `path`'s folder."""
         cfg = _section(cls, d, path, 'model')
+        if cfg.payload:
+            cfg = dataclasses.replace(cfg, payload=_payload(cfg.payload, path))
         if cfg.mechanism is not None:
             if cfg.urdf is not None or cfg.builder is not None:
                 raise _error(path, 'model.mechanism', 'a planar mechanism replaces model.urdf '
@@ -284,6 +291,26 @@ class ModelConfig:
         else:
             _check_factory('builder', cfg.builder, cfg.builder_args, path)
         return cfg
+
+
+def _payload(d: Mapping[str, Any], path: str | None) -> dict[str, Any]:
+    """Validate `model.payload`: {link: str, mass: number >= 0, com: 3 numbers}."""
+    unknown = [k for k in d if k not in ('link', 'mass', 'com')]
+    if unknown:
+        raise _error(path, f'model.payload.{unknown[0]}', 'unknown key; expected one of link, '
+                     'mass, com')
+    link = d.get('link')
+    if not isinstance(link, str) or not link:
+        raise _error(path, 'model.payload.link', f'expected the name of the link (or fixed '
+                     f'frame) that holds the payload, got {link!r}')
+    mass = _as_number(d.get('mass', 0.0), path, 'model.payload.mass')
+    if mass < 0.0:
+        raise _error(path, 'model.payload.mass', f'expected number >= 0 [kg], got {mass!r}')
+    com = d.get('com', [0.0, 0.0, 0.0])
+    if not isinstance(com, (list, tuple)) or len(com) != 3:
+        raise _error(path, 'model.payload.com', f'expected 3 numbers [m], got {com!r}')
+    com = [_as_number(v, path, 'model.payload.com') for v in com]
+    return {'link': link, 'mass': mass, 'com': com}
 
 
 def _resolve_urdf(urdf: str, path: str | None) -> str:
@@ -756,15 +783,18 @@ def to_dict(cfg: Config) -> dict[str, Any]:
     return out
 
 
-def parameter_spec(cfg: Config, model) -> _parameters.ParameterSpec:
-    """Build the `core.parameters.ParameterSpec` of `cfg.parameters` for `model` (RobotModel).
+def parameter_spec(cfg: Config, model, payload: _parameters.Payload | None = None
+                   ) -> _parameters.ParameterSpec:
+    """Build the `core.parameters.ParameterSpec` of `cfg.parameters` for `model` (RobotModel),
+    with `payload` (the resolved `model.payload`, if any).
 
     Raises:
-      ConfigError: a parameter names a link or joint that `model` does not have.
+      ConfigError: a parameter names a link or joint that `model` does not have, or the
+        payload when none is configured.
     """
     try:
         return _parameters.make_parameter_spec(model, cfg.parameters.bounds,
-                                               init=cfg.parameters.init)
+                                               init=cfg.parameters.init, payload=payload)
     except ValueError as exc:
         raise ConfigError(f'{cfg.source}: parameters.{exc}' if cfg.source
                           else f'parameters.{exc}') from exc

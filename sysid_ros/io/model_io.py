@@ -124,6 +124,26 @@ def from_pinocchio(pmodel: pin.Model, dtype=jnp.float64) -> tuple[RobotModel, Pa
     return model, params
 
 
+def frame_in_body(pmodel: pin.Model, name: str) -> tuple[int, np.ndarray, np.ndarray]:
+    """Where a link or fixed frame of `pmodel` sits on the moving body that carries it.
+
+    Returns:
+      (body index of `from_pinocchio`'s model, rotation (3, 3), translation (3,) [m] of the
+      frame in that body's (joint) frame).
+
+    Raises:
+      ModelError: no frame of that name, or one fixed to the world.
+    """
+    if not pmodel.existFrame(name):
+        links = [f.name for f in pmodel.frames if f.type == pin.FrameType.BODY]
+        raise ModelError(f'no link or frame named {name!r}; links: {", ".join(links)}')
+    frame = pmodel.frames[pmodel.getFrameId(name)]
+    if frame.parentJoint == 0:
+        raise ModelError(f'frame {name!r} is fixed to the world, not carried by a moving body')
+    return (int(frame.parentJoint) - 1, np.array(frame.placement.rotation),
+            np.array(frame.placement.translation))
+
+
 def load_pinocchio(urdf: str, locked_joints=(), keep_joints=None) -> pin.Model:
     """Parse a URDF (file path, XML string or `example-robot-data:NAME`) with Pinocchio.
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from sysid_ros.core.constrained import mechanisms
 from sysid_ros.core.model import builders
-from sysid_ros.core.model.parameters import ParameterSpec
+from sysid_ros.core.model.parameters import ParameterSpec, Payload
 from sysid_ros.core.model.types import Params, RobotModel
 from sysid_ros.io import config as config_io
 from sysid_ros.io import model_io
@@ -103,7 +103,8 @@ class MechanismProblem:
 
 
 
-def _load_model(config: Config) -> tuple[RobotModel, Params]:
+def _load_model(config: Config) -> tuple[RobotModel, Params, Payload | None]:
+    """The model, its nominal parameters and the configured payload (None without one)."""
     cfg = config.model
     joints = tuple(cfg.joints)
     if cfg.urdf is not None:
@@ -117,9 +118,11 @@ def _load_model(config: Config) -> tuple[RobotModel, Params]:
             raise config_error(config, 'model.joints', f'no joint named {unknown[0]!r} in the '
                                 f'URDF; movable joints: {", ".join(movable)}')
         try:
-            return model_io.load_urdf(cfg.urdf, keep_joints=list(joints) or None)
+            pmodel = model_io.load_pinocchio(cfg.urdf, keep_joints=list(joints) or None)
+            model, params = model_io.from_pinocchio(pmodel)
         except model_io.ModelError as exc:
             raise config_error(config, 'model.urdf', str(exc)) from exc
+        return model, params, _payload(config, lambda link: model_io.frame_in_body(pmodel, link))
     try:
         model, params = builders.BUILDERS[cfg.builder](**cfg.builder_args)
     except KeyError:
@@ -136,7 +139,29 @@ def _load_model(config: Config) -> tuple[RobotModel, Params]:
         raise config_error(config, 'model.joints', f'builder {cfg.builder!r} cannot lock '
                             f'joints; expected all of {", ".join(model.joint_names)} '
                             f'(missing {", ".join(missing)})')
-    return model, params
+
+    def link_frame(link):
+        if link not in model.link_names:
+            raise model_io.ModelError(f'no link named {link!r}; links: '
+                                      f'{", ".join(model.link_names)}')
+        return model.link_names.index(link), np.eye(3), np.zeros(3)
+
+    return model, params, _payload(config, link_frame)
+
+
+def _payload(config: Config, locate) -> Payload | None:
+    """`model.payload` on the body that carries its link: `locate(link) -> (body, rotation
+    (3, 3), translation (3,))` of that link's frame in the body frame."""
+    given = config.model.payload
+    if not given:
+        return None
+    try:
+        body, rotation, translation = locate(given['link'])
+    except model_io.ModelError as exc:
+        raise config_error(config, 'model.payload.link', str(exc)) from exc
+    return Payload(body=body, rotation=tuple(float(v) for v in np.ravel(rotation)),
+                   translation=tuple(float(v) for v in translation), mass=given['mass'],
+                   com=tuple(given['com']))
 
 
 def build_problem(config: Config | str) -> Problem | MechanismProblem:
@@ -150,8 +175,8 @@ def build_problem(config: Config | str) -> Problem | MechanismProblem:
         config = config_io.load_yaml(config)
     if config.model.mechanism is not None:
         return _build_mechanism_problem(config)
-    model, params = _load_model(config)
-    spec = config_io.parameter_spec(config, model)
+    model, params, payload = _load_model(config)
+    spec = config_io.parameter_spec(config, model, payload)
     dt = 1.0 / config.data.rate
     substeps = 1
     if config.model.dt is not None:

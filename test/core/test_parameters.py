@@ -289,3 +289,48 @@ def test_empty_spec_is_identity():
     assert spec.num_params == 0
     assert spec.to_params(jnp.zeros((0,)), BASE) is BASE
     assert spec.from_params(BASE).shape == (0,)
+
+
+PAYLOAD = parameters.Payload(
+    body=1, rotation=tuple(np.ravel(inertia.rpy_to_matrix(jnp.array([0.0, 0.0, np.pi / 2])))),
+    translation=(0.5, 0.0, 0.0), mass=0.4, com=(0.0, 0.0, 0.02))
+PAYLOAD_ENTRIES = {'payload.mass': (0.0, 3.0), 'payload.com.x': (-0.1, 0.1),
+                   'link2.mass': (0.1, 2.0), 'payload.com.z': (-0.1, 0.1)}
+
+
+def test_payload_is_a_point_mass_at_its_frame():
+    spec = make_parameter_spec(MODEL, PAYLOAD_ENTRIES, payload=PAYLOAD)
+    assert spec.bodies == (-1, -1, 1, -1)
+    theta = jnp.array([1.2, 0.03, 1.1, -0.05])
+    got = _to_params(spec, theta, BASE)
+    # link2's mass first (its COM and inertia about the COM kept), then a 1.2 kg point at
+    # the payload frame's origin + R (0.03, 0, -0.05) = (0.5, 0.03, -0.05) in link2's frame.
+    mass, com, inertia_c = inertia.physical_from_inertial(BASE.inertial[1])
+    link2 = inertia.inertial_from_physical(1.1, com, inertia_c)
+    point = inertia.inertial_from_physical(1.2, jnp.array([0.5, 0.03, -0.05]), jnp.zeros((3, 3)))
+    np.testing.assert_allclose(got.inertial[1], link2 + point, atol=1e-14)
+    np.testing.assert_allclose(got.inertial[0], BASE.inertial[0], atol=0)
+    # Params hold no payload apart from its body: from_params gives the payload's nominal
+    # values, and link2's mass with the payload's in it.
+    np.testing.assert_allclose(_from_params(spec, got), [0.4, 0.0, 2.3, 0.02], atol=1e-14)
+    assert bool(spec.is_consistent(theta, BASE))
+    check_grads(lambda t: spec.to_params(t, BASE).inertial, (theta,), order=1,
+                modes=('fwd', 'rev'))
+
+
+def test_payload_that_is_not_free_keeps_its_nominal_values():
+    spec = make_parameter_spec(MODEL, {'link1.mass': (0.5, 3.0)}, payload=PAYLOAD)
+    got = _to_params(spec, jnp.array([1.5]), BASE)
+    point = inertia.inertial_from_physical(0.4, jnp.array([0.5, 0.0, 0.02]), jnp.zeros((3, 3)))
+    np.testing.assert_allclose(got.inertial[1], BASE.inertial[1] + point, atol=1e-14)
+
+
+@pytest.mark.parametrize('entries, payload, match', [
+    ({'payload.mass': (0, 1)}, None, r'payload.mass: no payload is configured'),
+    ({'payload.inertia.ixx': (0, 1)}, PAYLOAD, r'payload.inertia.ixx: a payload has the '
+                                               r'attributes mass, com.x'),
+    ({'payload.mass': (0, 1)}, dataclasses.replace(PAYLOAD, body=5), r'payload: body 5'),
+])
+def test_payload_errors_name_the_key(entries, payload, match):
+    with pytest.raises(ValueError, match=match):
+        make_parameter_spec(MODEL, entries, payload=payload)

@@ -217,6 +217,12 @@ BAD = [
     ('model.builder', 'triple_pendulum', 'model.builder: expected one of'),
     ('model.builder_args', {'wings': 2}, 'model.builder_args.wings: unknown argument'),
     ('model.colour', 'red', 'model.colour: unknown key'),
+    ('model.payload', {'mass': 1.0}, 'model.payload.link: expected the name of the link'),
+    ('model.payload', {'link': 'link2', 'mass': -1.0}, r'model.payload.mass: expected number '
+                                                       r'>= 0 \[kg\]'),
+    ('model.payload', {'link': 'link2', 'com': [0.0, 1.0]}, 'model.payload.com: expected 3 '
+                                                            'numbers'),
+    ('model.payload', {'link': 'link2', 'size': 1}, 'model.payload.size: unknown key'),
     ('model', None, 'model: missing section'),
     ('parameters', None, 'parameters: missing section'),
     ('parameters', {}, 'parameters: expected a non-empty map'),

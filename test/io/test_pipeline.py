@@ -107,6 +107,34 @@ def test_build_problem_from_urdf_keeps_configured_joints():
         pipeline.build_problem(config_io.from_dict(d))
 
 
+def test_payload_on_a_fixed_frame_of_a_reduced_urdf():
+    # panda_hand is a fixed frame on panda_joint7's body, whose placement Pinocchio keeps
+    # when it merges fixed joints and locks the fingers (and joints 5-7 here do not move it).
+    import pinocchio as pin
+    from sysid_ros.io import model_io
+    d = {'model': {'urdf': 'example-robot-data:panda',
+                   'payload': {'link': 'panda_hand', 'mass': 0.5, 'com': [0.0, 0.0, 0.05]}},
+         'parameters': {'payload': {'mass': {'min': 0.0, 'max': 4.0},
+                                    'com': {'z': {'min': -0.1, 'max': 0.2}}}}}
+    problem = pipeline.build_problem(config_io.from_dict(d))
+    assert problem.names == ('payload.mass', 'payload.com.z')
+    np.testing.assert_allclose(problem.spec.initial_theta(problem.base_params), [0.5, 0.05])
+    params = problem.spec.to_params(jnp.array([2.0, 0.1]), problem.base_params)
+    pmodel = model_io.load_pinocchio('example-robot-data:panda')
+    hand = pmodel.frames[pmodel.getFrameId('panda_hand')]
+    expected = pmodel.inertias[7] + pin.Inertia(
+        2.0, hand.placement.act(np.array([0.0, 0.0, 0.1])), np.zeros((3, 3)))
+    np.testing.assert_allclose(params.inertial[6], expected.toDynamicParameters(), atol=1e-12)
+    d['model']['payload']['link'] = 'gripper'
+    with pytest.raises(ConfigError, match=r"model\.payload\.link: no link or frame named "
+                                          r"'gripper'"):
+        pipeline.build_problem(config_io.from_dict(d))
+    del d['model']['payload']
+    with pytest.raises(ConfigError, match=r'parameters\.payload\.mass: no payload is '
+                                          r'configured \(model\.payload\)'):
+        pipeline.build_problem(config_io.from_dict(d))
+
+
 def test_prepare_trajectories_orders_names_and_resamples(problem, simulated):
     swapped = dataclasses.replace(simulated, q=simulated.q[:, ::-1], qd=simulated.qd[:, ::-1],
                                   tau=simulated.tau[:, ::-1], joint_names=('joint2', 'joint1'))

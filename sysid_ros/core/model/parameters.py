@@ -12,6 +12,9 @@ Attributes of a joint:
   `damping` [N m s/rad or N s/m]; `coulomb` [N m or N]; `stribeck.torque` [N m or N];
   `stribeck.velocity` [rad/s or m/s]; `armature` [kg m^2 or kg]; `origin.x|y|z` [m] and
   `origin.roll|pitch|yaw` [rad], the joint placement in the parent frame (`Params.placement`).
+Attributes of the payload (`Payload`: a point mass a body holds, e.g. a tool or a picked-up
+object), named `payload.<attribute>`: `mass` [kg]; `com.x|y|z` its position [m] in the
+payload frame.
 
 The spec is a frozen dataclass of tuples: hashable, so it can be a static argument of `jax.jit`.
 """
@@ -24,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core.model import inertia
+from sysid_ros.core.model import edits, inertia
 from sysid_ros.core.model.types import Params, RobotModel
 
 __all__ = [
@@ -33,6 +36,9 @@ __all__ = [
     'JOINT_ATTRIBUTES',
     'ATTRIBUTES',
     'NONNEGATIVE_ATTRIBUTES',
+    'PAYLOAD',
+    'PAYLOAD_ATTRIBUTES',
+    'Payload',
     'split_name',
     'is_friction_consistent',
     'ParameterSpec',
@@ -50,6 +56,10 @@ ATTRIBUTES = LINK_ATTRIBUTES + JOINT_ATTRIBUTES
 NONNEGATIVE_ATTRIBUTES = frozenset(
     ('mass', 'inertia.ixx', 'inertia.iyy', 'inertia.izz',
      'damping', 'coulomb', 'stribeck.torque', 'stribeck.velocity', 'armature'))
+
+PAYLOAD = 'payload'                  # object name of the payload's parameters
+PAYLOAD_ATTRIBUTES = ('mass', 'com.x', 'com.y', 'com.z')
+_PAYLOAD_BODY = -1                   # `ParameterSpec.bodies` entry of a payload parameter
 
 # Column of each attribute in the per-body table built by `_table` (nb, 21).
 _COLUMN = {a: i for i, a in enumerate(ATTRIBUTES)}
@@ -116,13 +126,53 @@ def is_friction_consistent(params: Params) -> jax.Array:
     return jnp.all(jnp.isfinite(values) & (values >= 0.0), axis=-1)
 
 
+@dataclasses.dataclass(frozen=True)
+class Payload:
+    """A point mass rigidly held by a body, whose mass and position `payload.*` parameters name.
+
+    Attributes:
+      body: index of the body that holds it.
+      rotation: (9,) rotation of the payload frame in the body frame, row-major.
+      translation: (3,) origin of the payload frame in the body frame [m].
+      mass: nominal mass [kg]: its value where `payload.mass` is not free.
+      com: (3,) nominal position of the point mass in the payload frame [m].
+    """
+
+    body: int
+    rotation: tuple[float, ...] = (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0)
+    translation: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    mass: float = 0.0
+    com: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    @property
+    def nominal(self) -> tuple[float, ...]:
+        """The nominal values in PAYLOAD_ATTRIBUTES order."""
+        return (self.mass,) + tuple(self.com)
+
+    def add_to(self, params: Params, values) -> Params:
+        """Params with the payload of `values` (4,) (PAYLOAD_ATTRIBUTES order) added to its
+        body's inertial parameters (a point mass: no inertia about its own centre)."""
+        values = jnp.asarray(values)
+        rotation = jnp.asarray(self.rotation, values.dtype).reshape(3, 3)
+        position = rotation @ values[1:] + jnp.asarray(self.translation, values.dtype)
+        return edits.add_point_mass(params, self.body, values[0], position)
+
+
 class _Layout:
     """Static index arrays derived from a spec (computed once per spec)."""
 
     def __init__(self, spec: 'ParameterSpec'):
         m = len(spec.names)
-        self.bodies = np.asarray(spec.bodies, dtype=np.int32).reshape(m)
-        self.columns = np.asarray([_COLUMN[a] for a in spec.attributes], dtype=np.int32)
+        bodies = np.asarray(spec.bodies, dtype=np.int32).reshape(m)
+        # Entries of the per-body table (`_table`); payload entries live apart from it.
+        self.in_table = np.flatnonzero(bodies != _PAYLOAD_BODY)
+        self.bodies = bodies[self.in_table]
+        self.columns = np.asarray([_COLUMN[spec.attributes[k]] for k in self.in_table],
+                                  dtype=np.int32)
+        # theta index of each payload attribute, -1 where it keeps its nominal value.
+        where = {spec.attributes[k]: k for k in np.flatnonzero(bodies == _PAYLOAD_BODY)}
+        self.payload_theta = np.asarray([where.get(a, -1) for a in PAYLOAD_ATTRIBUTES],
+                                        np.int32)
         self.links = tuple(sorted({b for b, c in zip(self.bodies, self.columns)
                                    if c < _NUM_LINK_COLUMNS}))
         self.joints = tuple(sorted({b for b, c in zip(self.bodies, self.columns)
@@ -130,7 +180,8 @@ class _Layout:
         self.joint_fields = tuple(sorted({_JOINT_FIELD[a] for a in spec.attributes
                                           if a in _JOINT_FIELD}))
         # DiffNEA blocks: links whose six inertia entries are all free.
-        where = {(b, a): k for k, (b, a) in enumerate(zip(spec.bodies, spec.attributes))}
+        where = {(b, a): k for k, (b, a) in enumerate(zip(spec.bodies, spec.attributes))
+                 if b != _PAYLOAD_BODY}
         blocks = [b for b in self.links if all((b, a) in where for a in INERTIA_ATTRIBUTES)]
         self.block_theta = np.asarray(
             [[where[(b, a)] for a in INERTIA_ATTRIBUTES] for b in blocks], np.int32).reshape(-1, 6)
@@ -157,6 +208,8 @@ class ParameterSpec:
       lower_bounds, upper_bounds: (M,) bounds in physical units (may be -inf / inf).
       init_values: (M,) initial value of each parameter, or None to take it from the base
         `Params` (see `initial_theta`); empty when no initial values were given.
+      payload: the payload that `payload.*` parameters name (body -1 in `bodies`), or None.
+        When set, `to_params` always adds it (with its nominal values where not free).
 
     Unconstrained coordinates (`to_unconstrained` / `from_unconstrained`): each parameter gets
     an elementwise bijection chosen by its bounds, [lo, hi] -> lo + (hi - lo) sigmoid(z),
@@ -174,6 +227,7 @@ class ParameterSpec:
     lower_bounds: tuple[float, ...]
     upper_bounds: tuple[float, ...]
     init_values: tuple[float | None, ...] = ()
+    payload: Payload | None = None
 
     def __post_init__(self):
         m = len(self.names)
@@ -184,6 +238,8 @@ class ParameterSpec:
         unknown = sorted(set(self.attributes) - set(ATTRIBUTES))
         if unknown:
             raise ValueError(f'ParameterSpec: unknown attributes {unknown}')
+        if self.payload is None and _PAYLOAD_BODY in self.bodies:
+            raise ValueError('ParameterSpec: payload parameters without a payload')
 
     @functools.cached_property
     def _layout(self) -> _Layout:
@@ -227,8 +283,9 @@ class ParameterSpec:
         A link with any inertial entry in the spec gets its 10-vector recomputed from
         (mass, com, inertia about the COM), the entries not in the spec being those of `base`:
         freeing `link2.com.x` alone moves the COM and keeps the mass and the inertia about the
-        COM. Fields not named by the spec are returned unchanged. jit-able; vmap over
-        `theta` (P, M) with `jax.vmap(spec.to_params, in_axes=(0, None))`.
+        COM. A spec with a `payload` adds it last. Fields not named by the spec are returned
+        unchanged. jit-able; vmap over `theta` (P, M) with
+        `jax.vmap(spec.to_params, in_axes=(0, None))`.
 
         Args:
           theta: (M,) physical values, in the order of `names`.
@@ -238,12 +295,24 @@ class ParameterSpec:
           Params.
         """
         layout = self._layout
-        if self.num_params == 0:
-            return base
         theta = jnp.asarray(theta)
+        params = self._write_table(theta[layout.in_table], base)
+        if self.payload is None:
+            return params
+        nominal = jnp.asarray(self.payload.nominal, theta.dtype)
+        values = jnp.where(layout.payload_theta >= 0,
+                           theta[jnp.maximum(layout.payload_theta, 0)], nominal)
+        return self.payload.add_to(params, values)
+
+    def _write_table(self, values: jax.Array, base: Params) -> Params:
+        """`base` with the table entries of the spec set to `values` (the theta entries that
+        are not the payload's)."""
+        layout = self._layout
+        if values.shape[0] == 0:
+            return base
         table = _table(base)
-        table = table.astype(jnp.result_type(table, theta))
-        table = table.at[layout.bodies, layout.columns].set(theta)
+        table = table.astype(jnp.result_type(table, values))
+        table = table.at[layout.bodies, layout.columns].set(values)
         updates = {}
         if layout.links:
             links = np.asarray(layout.links)
@@ -264,11 +333,18 @@ class ParameterSpec:
         return dataclasses.replace(base, **updates)
 
     def from_params(self, params: Params) -> jax.Array:
-        """Read the named physical values from `params`: (M,) theta. Inverse of `to_params`."""
+        """Read the named physical values from `params`: (M,) theta. Inverse of `to_params`,
+        except for payload parameters: `Params` hold the payload only inside its body's
+        inertial parameters, so those are its nominal values."""
         layout = self._layout
-        if self.num_params == 0:
-            return jnp.zeros((0,), params.inertial.dtype)
-        return _table(params)[layout.bodies, layout.columns]
+        theta = jnp.zeros((self.num_params,), params.inertial.dtype)
+        if len(layout.in_table):
+            theta = theta.at[layout.in_table].set(_table(params)[layout.bodies, layout.columns])
+        free = layout.payload_theta >= 0
+        if np.any(free):
+            nominal = np.asarray(self.payload.nominal, float)
+            theta = theta.at[layout.payload_theta[free]].set(nominal[free])
+        return theta
 
     def initial_theta(self, base: Params) -> jax.Array:
         """Return the (M,) starting point.
@@ -349,7 +425,8 @@ class ParameterSpec:
 
         Links named by the spec must pass `inertia.is_physically_consistent` (m > 0, inertia
         about the COM positive and within the triangle inequalities); joints named by the spec
-        must pass `is_friction_consistent`; theta must be finite. Bodies the spec does not name
+        must pass `is_friction_consistent`; theta must be finite; the payload's body counts as
+        named. Bodies the spec does not name
         are not checked (a URDF may hold massless helper links). Bounds are not checked here
         (see `within_bounds`).
 
@@ -365,8 +442,9 @@ class ParameterSpec:
         theta = jnp.asarray(theta)
         ok = jnp.all(jnp.isfinite(theta))
         params = self.to_params(theta, base)
-        if layout.links:
-            pi = params.inertial[np.asarray(layout.links)]
+        links = layout.links + ((self.payload.body,) if self.payload is not None else ())
+        if links:
+            pi = params.inertial[np.asarray(links)]
             ok &= jnp.all(inertia.is_physically_consistent(pi, atol=atol, rtol=rtol))
         if layout.joints:
             ok &= jnp.all(is_friction_consistent(params)[np.asarray(layout.joints)])
@@ -404,7 +482,8 @@ def _as_float(value, what: str) -> float:
 def make_parameter_spec(model: RobotModel,
                         entries: Mapping[str, tuple[float, float]]
                         | Iterable[tuple[str, tuple[float, float]]],
-                        init: Mapping[str, float] | None = None) -> ParameterSpec:
+                        init: Mapping[str, float] | None = None,
+                        payload: Payload | None = None) -> ParameterSpec:
     """Build and validate a `ParameterSpec` for `model`.
 
     Args:
@@ -413,6 +492,7 @@ def make_parameter_spec(model: RobotModel,
       entries: name -> (lower, upper) bounds in physical units (+-inf allowed), in the order
         of `theta`; a mapping or an iterable of pairs.
       init: optional name -> initial value, within the bounds.
+      payload: the payload that `payload.mass` and `payload.com.x|y|z` name, if any.
 
     Returns:
       ParameterSpec.
@@ -420,10 +500,18 @@ def make_parameter_spec(model: RobotModel,
     Raises:
       ValueError: naming the offending key, for an unknown link, joint or attribute (listing
         the valid ones), a duplicate, bounds that are not numbers or with lower >= upper, a
-        negative lower bound of a non-negative quantity, or an initial value out of bounds
-        or not in `entries`.
+        negative lower bound of a non-negative quantity, an initial value out of bounds
+        or not in `entries`, a payload parameter without a payload (or with a link of that
+        name), or a payload on a body the model does not have.
     """
     items = list(entries.items()) if isinstance(entries, Mapping) else list(entries)
+    if payload is not None:
+        if not 0 <= payload.body < model.num_bodies:
+            raise ValueError(f'payload: body {payload.body} is not a body of model '
+                             f'{model.name!r} ({model.num_bodies} bodies)')
+        if PAYLOAD in model.link_names:
+            raise ValueError(f'{PAYLOAD}: the model has a link of that name; a payload\'s '
+                             'parameters would be ambiguous')
     init = dict(init or {})
     names, bodies, attributes, lowers, uppers = [], [], [], [], []
     for item in items:
@@ -433,7 +521,14 @@ def make_parameter_spec(model: RobotModel,
         if name in names:
             raise ValueError(f'{name}: duplicate parameter')
         obj, attribute = split_name(name)
-        if attribute in LINK_ATTRIBUTES:
+        if obj == PAYLOAD and PAYLOAD not in model.link_names:
+            if payload is None:
+                raise ValueError(f'{name}: no payload is configured (model.payload)')
+            if attribute not in PAYLOAD_ATTRIBUTES:
+                raise ValueError(f'{name}: a payload has the attributes '
+                                 f'{", ".join(PAYLOAD_ATTRIBUTES)}')
+            body = _PAYLOAD_BODY
+        elif attribute in LINK_ATTRIBUTES:
             if obj not in model.link_names:
                 raise ValueError(f'{name}: unknown link {obj!r} of model {model.name!r}; '
                                  f'valid links: {", ".join(model.link_names)}')
@@ -475,4 +570,4 @@ def make_parameter_spec(model: RobotModel,
         init_values = tuple(values)
     return ParameterSpec(names=tuple(names), bodies=tuple(bodies), attributes=tuple(attributes),
                          lower_bounds=tuple(lowers), upper_bounds=tuple(uppers),
-                         init_values=init_values)
+                         init_values=init_values, payload=payload)
