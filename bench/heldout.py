@@ -21,11 +21,8 @@ the excitation, the driver and the report. Cases:
   arm  Panda (fingers welded), PD tracking of random multi-sine references around a
        comfortable pose. Hidden: a point-mass payload U[0.5, 3.0] kg at an offset from the
        flange (panda_link8) in the box [-0.05, 0.05]^2 x [0, 0.1] m, joint damping U[0.05, 1.0]
-       N m s/rad. The configuration cannot attach a payload to a URDF model, so `sysid fit`
-       identifies panda_link7's mass and COM (link 7 with the hand merged in) and the payload
-       is derived from them (mass: identified - nominal; COM: first moments); its inertia about
-       the COM stays the nominal one, which the payload changes (a model mismatch the fit cannot
-       remove). MuJoCo's toolbox identifies the payload body directly.
+       N m s/rad. Both fits identify a point-mass payload at the flange (ours: `model.payload`
+       on panda_link8, nominal mass 0) and its position; reported in the panda_link7 frame.
 
 Recordings: RK4 at 1 ms, torques held over each 5 ms sample, 200 Hz, noise N(0, 1e-4 rad) on q
 and N(0, 1e-3 rad/s) on qd; torques exact. MuJoCo's toolbox gets the same arrays, the same
@@ -85,7 +82,7 @@ DP_JOINTS = ('joint1', 'joint2')
 DP_LINKS = ('link1', 'link2')
 DP_BOUNDS = {'mass': (0.2, 3.0), 'com.z': (-0.5, 0.0), 'damping': (0.0, 0.5)}
 PANDA_JOINTS = tuple(f'panda_joint{i}' for i in range(1, 8))
-PANDA_LAST_LINK = 'panda_link7'
+FLANGE_LINK = 'panda_link8'
 FLANGE = np.array([0.0, 0.0, 0.107])        # [m] panda_link8 (the flange) in panda_link7
 PANDA_POSE = np.array([0.0, -0.4, 0.0, -2.2, 0.0, 1.9, 0.8])           # [rad]
 PANDA_AMPLITUDE = np.array([0.5, 0.3, 0.5, 0.4, 0.6, 0.4, 0.8])        # [rad] reference peaks
@@ -201,11 +198,15 @@ def double_pendulum_urdf(mass: float = 1.0, com_z: float = -hm.DP_LENGTH / 2) ->
 
 
 def write_config(path: str, urdf: str, joints: Sequence[str],
-                 parameters: dict[str, dict]) -> str:
-    """Write the ROS-parameters YAML `sysid fit` reads: model, parameter bounds and data rate
-    only (no estimator section: the shipped defaults)."""
+                 parameters: dict[str, dict], payload_link: str | None = None) -> str:
+    """Write the ROS-parameters YAML `sysid fit` reads: model (with a payload of nominal mass
+    0 on `payload_link`, if given), parameter bounds and data rate only (no estimator section:
+    the shipped defaults)."""
+    model = {'urdf': urdf, 'joints': list(joints), 'actuator': 'viscous'}
+    if payload_link is not None:
+        model['payload'] = {'link': payload_link}
     doc = {'/**': {'ros__parameters': {
-        'model': {'urdf': urdf, 'joints': list(joints), 'actuator': 'viscous'},
+        'model': model,
         'parameters': parameters,
         'data': {'rate': RATE}}}}
     with open(path, 'w', encoding='utf-8') as f:
@@ -311,16 +312,6 @@ def make_dp_case(rng: np.random.Generator, seed: int, duration: float, out: str,
     return Case('dp', config, bag, DP_JOINTS, t, q, qd, tau, rows, ours, mujoco_fit, note)
 
 
-def _panda_nominal_link7():
-    """(mass [kg], COM (3,) [m]) of panda_link7 with the hand and fingers merged, as this
-    package loads the URDF (Pinocchio, fingers locked)."""
-    from sysid_ros.io import model_io
-
-    pmodel = model_io.load_pinocchio('example-robot-data:panda')
-    inertia = pmodel.inertias[pmodel.getJointId('panda_joint7')]
-    return float(inertia.mass), np.asarray(inertia.lever, float).copy()
-
-
 def arm_recording(rng: np.random.Generator, spec, duration: float):
     """PD tracking of random multi-sine references around PANDA_POSE (peaks PANDA_AMPLITUDE,
     0.1-0.6 Hz, eased in over the first second), as a computed-torque law on the simulated arm
@@ -362,17 +353,16 @@ def make_arm_case(rng: np.random.Generator, seed: int, duration: float, out: str
     q, qd = add_noise(q, qd, rng)
     folder = os.path.join(out, 'arm')
     os.makedirs(folder, exist_ok=True)
-    m0, c0 = _panda_nominal_link7()
     box_lo, box_hi = FLANGE + PAYLOAD_OFFSET_BOUNDS[0], FLANGE + PAYLOAD_OFFSET_BOUNDS[1]
-    com_lo, com_hi = np.minimum(c0, box_lo), np.maximum(c0, box_hi)
     dlo, dhi = DAMPING_BOUNDS_ARM
-    parameters = {PANDA_LAST_LINK: {
-        'mass': {'min': m0 + PAYLOAD_MASS_BOUNDS[0], 'max': m0 + PAYLOAD_MASS_BOUNDS[1]},
-        'com': {axis: {'min': float(com_lo[i]), 'max': float(com_hi[i])}
+    parameters = {'payload': {
+        'mass': {'min': PAYLOAD_MASS_BOUNDS[0], 'max': PAYLOAD_MASS_BOUNDS[1]},
+        'com': {axis: {'min': float(PAYLOAD_OFFSET_BOUNDS[0][i]),
+                       'max': float(PAYLOAD_OFFSET_BOUNDS[1][i])}
                 for i, axis in enumerate('xyz')}}}
     parameters.update({joint: {'damping': {'min': dlo, 'max': dhi}} for joint in PANDA_JOINTS})
     config = write_config(os.path.join(folder, 'config.yaml'), 'example-robot-data:panda',
-                          PANDA_JOINTS, parameters)
+                          PANDA_JOINTS, parameters, payload_link=FLANGE_LINK)
     bag = write_bag(os.path.join(folder, 'bag'), t, q, qd, tau, PANDA_JOINTS, seed, 'arm')
     norm = float(np.linalg.norm(payload_pos))
     rows = [Row('payload.mass', payload_mass, payload_mass)]
@@ -381,24 +371,13 @@ def make_arm_case(rng: np.random.Generator, seed: int, duration: float, out: str
              for i, joint in enumerate(PANDA_JOINTS)]
 
     def ours(estimate):
-        """Payload from panda_link7's identified mass M and COM c: m = M - m0,
-        p = (M c - m0 c0) / m; its interval by first-order propagation of the parameters'
-        interval half-widths (treated as independent)."""
+        """The payload's estimates, its position moved from the flange to the panda_link7
+        frame (the flange frame is panda_link7's translated by FLANGE)."""
         par = estimate['parameters']
-        big_m, m_lo, m_hi = interval(par[f'{PANDA_LAST_LINK}.mass'])
-        com = [interval(par[f'{PANDA_LAST_LINK}.com.{axis}']) for axis in 'xyz']
-        c = np.array([v for v, _, _ in com])
-        c_half = np.array([(hi - lo) / 2.0 for _, lo, hi in com])
-        m_half = (m_hi - m_lo) / 2.0
-        m = big_m - m0
-        result = {'payload.mass': (m, m - m_half, m + m_half)}
+        result = {'payload.mass': interval(par['payload.mass'])}
         for i, axis in enumerate('xyz'):
-            if abs(m) < 1e-9:
-                result[f'payload.com.{axis}'] = (math.nan, -math.inf, math.inf)
-                continue
-            p = (big_m * c[i] - m0 * c0[i]) / m
-            half = math.hypot(big_m / m * c_half[i], m0 * (c0[i] - c[i]) / m ** 2 * m_half)
-            result[f'payload.com.{axis}'] = (p, p - half, p + half)
+            result[f'payload.com.{axis}'] = tuple(
+                v + FLANGE[i] for v in interval(par[f'payload.com.{axis}']))
         for joint in PANDA_JOINTS:
             result[f'{joint}.damping'] = interval(par[f'{joint}.damping'])
         return result
@@ -420,8 +399,8 @@ def make_arm_case(rng: np.random.Generator, seed: int, duration: float, out: str
         fit = hm.fit_sysid(fit_spec, params, PANDA_JOINTS, t, q, qd, tau)
         return fit, fit_intervals(fit)
 
-    note = ('ours: payload derived from panda_link7 mass/COM (the configuration has no '
-            'payload); payload COM in the panda_link7 frame; MuJoCo fits the payload body')
+    note = ('payload COM in the panda_link7 frame; ours: model.payload on panda_link8; '
+            'MuJoCo fits the payload body')
     return Case('arm', config, bag, PANDA_JOINTS, t, q, qd, tau, rows, ours, mujoco_fit, note)
 
 
