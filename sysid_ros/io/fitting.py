@@ -413,7 +413,8 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
         covariance = np.asarray(est.laplace(steps.state)[1][int(np.argmin(best.loss))],
                                 dtype=float)
     diagnosis = diagnose(method, history, theta_init, result_theta, final, result_loss,
-                         steps, spec, shooting_windows=cfg.shooting_windows)
+                         steps, spec, shooting_windows=cfg.shooting_windows,
+                         bayesian=entry.bayesian)
     consistent = np.asarray(_consistent_fn(problem)(jnp.asarray(result_theta)), dtype=bool)
     return FitResult(method=method, names=spec.names, particles=np.asarray(result_theta),
                      initial=np.asarray(theta_init, dtype=float),
@@ -491,7 +492,7 @@ class Diagnosis(NamedTuple):
 
 
 def diagnose(method: str, history, initial, theta, final, loss: float, steps: StepsResult,
-             spec, shooting_windows: int = 1) -> Diagnosis:
+             spec, shooting_windows: int = 1, bayesian: bool = False) -> Diagnosis:
     """Whether a fit converged, and its symptoms of failure, each a warning line naming the
     setting to change:
 
@@ -502,7 +503,8 @@ def diagnose(method: str, history, initial, theta, final, loss: float, steps: St
         of its start;
       * defects: the largest normalised shooting defect above DEFECT_TOLERANCE (multiple
         shooting only);
-      * the loss (mean squared noise-normalised residual, ~1 at the truth) above LOSS_LIMIT.
+      * the loss (mean squared noise-normalised residual, ~1 at the truth) above LOSS_LIMIT;
+      * a Bayesian method (`bayesian`) with one particle: its std is no uncertainty.
     """
     warnings = []
     history = np.asarray(history, dtype=float)
@@ -530,6 +532,9 @@ def diagnose(method: str, history, initial, theta, final, loss: float, steps: St
             warnings.append(f'{method}: shooting defects up to {defect:.3g} (normalised) '
                             f'> {DEFECT_TOLERANCE:g}: the windows do not join; shorten '
                             'estimator.window or raise estimator.iterations')
+    if bayesian and np.asarray(theta).shape[0] < 2:
+        warnings.append(f'{method}: one particle has no spread, so the reported std is no '
+                        'uncertainty; set estimator.particles (e.g. 32)')
     if not np.isfinite(loss) or loss > LOSS_LIMIT:
         warnings.append(f'{method}: loss {loss:.4g} (mean squared residual in noise stds; ~1 '
                         'when the model fits): the model misses the data; check '

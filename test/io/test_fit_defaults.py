@@ -136,3 +136,6 @@ def test_diagnose_names_each_symptom(problem):
     flat = fitting.diagnose('csvgd', np.ones(30), initial, initial + 0.01, None, 1.0, steps,
                             spec)
     assert flat.converged and flat.reason.startswith('loss flat') and not flat.warnings
+    alone = fitting.diagnose('csvgd', np.ones(30), initial[:1], initial[:1] + 0.01, None, 1.0,
+                             steps, spec, bayesian=True)
+    assert not alone.converged and 'estimator.particles' in alone.warnings[0]
