@@ -147,12 +147,13 @@ def run_ibm(source: str, quick: bool, out: str) -> dict:
 # ------------------------------------------------------------------------------------------
 
 def _torque_fn(model, actuator: str):
-    """jit(params, q, qd, qdd (N, nv)) -> (N, nv) inverse-dynamics torques incl. friction."""
+    """jit(params, q, qd, qdd (N, nv)) -> (N, nv) inverse-dynamics torques incl. armature,
+    friction and offsets."""
     act = actuators.get_actuator(actuator)
 
     def one(params, q, qd, qdd):
-        friction = -act(model, params, q, qd, jnp.zeros_like(q))
-        return rigid_body.rnea(model, params, q, qd, qdd) + params.armature * qdd + friction
+        friction_and_offset = -act(model, params, q, qd, jnp.zeros_like(q))
+        return rigid_body.rnea(model, params, q, qd, qdd) + friction_and_offset
 
     return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0)))
 
