@@ -17,16 +17,17 @@ dataset (the seed's exact windows, preprocessing and scaling are not known, so t
 comparable in magnitude only).
 
 KUKA LWR4+ (FloBaRoID): NEA (least squares on the joint-torque regressor, with the URDF's
-kinematics) of all 7 link inertials plus viscous and Coulomb friction per joint
-(`config/kuka_lwr4.yaml`) on runs 1-2; the joint torques of run 3 are predicted by inverse
-dynamics from its recorded q, qd, qdd. Score: per joint RMS(tau_pred - tau) / RMS(tau), then
-the mean over joints (nRMSE); beside it the pooled relative error ||tau_pred - tau|| / ||tau||
-over all joints and samples, which weighs the joints by their torques. References: the same
-prediction with the URDFs' own values: the NEA start, `kuka_lwr4.urdf` (CentroEPiaggio-based,
-its own friction values if any); literature parameters (Gaz et al. 2016, `kuka_lwr4_gaz.urdf`)
-and FloBaRoID's identified parameters (`kuka_lwr4_identified.urdf`), each with the friction
-written in that URDF, and an independent cross-check: ordinary least squares on Pinocchio's
-joint-torque regressor with the same friction columns, minimum norm, WITHOUT physical
+kinematics) of all 7 link inertials plus viscous and Coulomb friction and a constant torque
+offset per joint (`config/kuka_lwr4.yaml`) on runs 1-2; the joint torques of run 3 are
+predicted by inverse dynamics from its recorded q, qd, qdd. Score: per joint
+RMS(tau_pred - tau) / RMS(tau), then the mean over joints (nRMSE); beside it the pooled
+relative error ||tau_pred - tau|| / ||tau|| over all joints and samples, which weighs the
+joints by their torques. References: the same prediction with the URDFs' own values: the NEA
+start, `kuka_lwr4.urdf` (CentroEPiaggio-based, its own friction values if any); literature
+parameters (Gaz et al. 2016, `kuka_lwr4_gaz.urdf`) and FloBaRoID's identified parameters
+(`kuka_lwr4_identified.urdf`), each with the friction written in that URDF (a URDF holds no
+offset), and an independent cross-check: ordinary least squares on Pinocchio's joint-torque
+regressor with the same friction and offset columns, minimum norm, WITHOUT physical
 consistency (`unconstrained_ls`). NEA's raw solution on this data is inconsistent;
 `pipeline.fit` then refines the projected solution and the nominal anchor by consistent least
 squares (`estimators.make_consistent_ls`), so every link stays physically consistent, which
@@ -215,11 +216,13 @@ def _reference_model(path: str):
 
 
 def _pinocchio_rows(pmodel, traj, eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """Independent regressor: Pinocchio's joint-torque regressor plus viscous and Coulomb
-    (tanh(qd / eps)) columns -> ((N nv, 10 nv + 2 nv) matrix, (N nv,) torques)."""
+    """Independent regressor: Pinocchio's joint-torque regressor plus viscous, Coulomb
+    (tanh(qd / eps)) and offset (ones) columns -> ((N nv, 10 nv + 3 nv) matrix, (N nv,)
+    torques)."""
     data = pmodel.createData()
+    ones = np.eye(pmodel.nv)
     rows = [np.hstack([pin.computeJointTorqueRegressor(pmodel, data, q, qd, qdd), np.diag(qd),
-                       np.diag(np.tanh(qd / eps))])
+                       np.diag(np.tanh(qd / eps)), ones])
             for q, qd, qdd in zip(traj.q, traj.qd, traj.qdd)]
     return np.concatenate(rows), traj.tau.reshape(-1)
 
