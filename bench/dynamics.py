@@ -87,7 +87,8 @@ def _particles(params, num, rng):
         armature=jnp.asarray(rng.uniform(0.0, 0.1, (num, nb))),
         damping=jnp.asarray(rng.uniform(0.0, 0.5, (num, nb))),
         coulomb=jnp.zeros((num, nb)),
-        stribeck=jnp.zeros((num, nb, 2)))
+        stribeck=jnp.zeros((num, nb, 2)),
+        offset=jnp.zeros((num, nb)))
 
 
 def _take(tree, k):

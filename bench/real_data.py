@@ -17,18 +17,21 @@ dataset (the seed's exact windows, preprocessing and scaling are not known, so t
 comparable in magnitude only).
 
 KUKA LWR4+ (FloBaRoID): NEA (least squares on the joint-torque regressor, with the URDF's
-kinematics) of all 7 link inertials plus viscous and Coulomb friction per joint
-(`config/kuka_lwr4.yaml`) on runs 1-2; the joint torques of run 3 are predicted by inverse
-dynamics from its recorded q, qd, qdd. Score: per joint RMS(tau_pred - tau) / RMS(tau), then
-the mean over joints (nRMSE). References: the same prediction with the URDFs' own values:
-the NEA start, `kuka_lwr4.urdf` (CentroEPiaggio-based, its own friction values if any);
-literature parameters (Gaz et al. 2016, `kuka_lwr4_gaz.urdf`) and FloBaRoID's identified
-parameters (`kuka_lwr4_identified.urdf`), each with the friction written in that URDF, and an
-independent cross-check: ordinary least squares on Pinocchio's joint-torque regressor with the
-same friction columns, minimum norm, WITHOUT physical consistency (`unconstrained_ls`). NEA's
-raw solution on this data is inconsistent; `pipeline.fit` then refines the projected solution
-and the nominal anchor by consistent least squares (`estimators.make_consistent_ls`), so every
-link stays physically consistent, which here also generalises better than OLS.
+kinematics) of all 7 link inertials plus viscous and Coulomb friction and a constant torque
+offset per joint (`config/kuka_lwr4.yaml`) on runs 1-2; the joint torques of run 3 are
+predicted by inverse dynamics from its recorded q, qd, qdd. Score: per joint
+RMS(tau_pred - tau) / RMS(tau), then the mean over joints (nRMSE); beside it the pooled
+relative error ||tau_pred - tau|| / ||tau|| over all joints and samples, which weighs the
+joints by their torques. References: the same prediction with the URDFs' own values: the NEA
+start, `kuka_lwr4.urdf` (CentroEPiaggio-based, its own friction values if any); literature
+parameters (Gaz et al. 2016, `kuka_lwr4_gaz.urdf`) and FloBaRoID's identified parameters
+(`kuka_lwr4_identified.urdf`), each with the friction written in that URDF (a URDF holds no
+offset), and an independent cross-check: ordinary least squares on Pinocchio's joint-torque
+regressor with the same friction and offset columns, minimum norm, WITHOUT physical
+consistency (`unconstrained_ls`). NEA's raw solution on this data is inconsistent;
+`pipeline.fit` then refines the projected solution and the nominal anchor by consistent least
+squares (`estimators.make_consistent_ls`), so every link stays physically consistent, which
+here also generalises better than OLS.
 
 Franka Panda (Gaz et al. 2019 log, 21 s): the kinematics of example-robot-data's
 `panda.urdf`; NEA of all 7 link inertials plus friction (`config/panda_gaz2019.yaml`) on the
@@ -145,12 +148,13 @@ def run_ibm(source: str, quick: bool, out: str) -> dict:
 # ------------------------------------------------------------------------------------------
 
 def _torque_fn(model, actuator: str):
-    """jit(params, q, qd, qdd (N, nv)) -> (N, nv) inverse-dynamics torques incl. friction."""
+    """jit(params, q, qd, qdd (N, nv)) -> (N, nv) inverse-dynamics torques incl. armature,
+    friction and offsets."""
     act = actuators.get_actuator(actuator)
 
     def one(params, q, qd, qdd):
-        friction = -act(model, params, q, qd, jnp.zeros_like(q))
-        return rigid_body.rnea(model, params, q, qd, qdd) + params.armature * qdd + friction
+        friction_and_offset = -act(model, params, q, qd, jnp.zeros_like(q))
+        return rigid_body.rnea(model, params, q, qd, qdd) + friction_and_offset
 
     return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0)))
 
@@ -160,6 +164,16 @@ def torque_nrmse(predicted, measured) -> tuple[float, np.ndarray]:
     per_joint = (np.sqrt(np.mean(np.square(predicted - measured), axis=0))
                  / np.sqrt(np.mean(np.square(measured), axis=0)))
     return float(np.mean(per_joint)), per_joint
+
+
+def pooled_relative_error(predicted, measured) -> float:
+    """||predicted - measured|| / ||measured|| over all (N, nv) samples and joints [-]."""
+    return float(np.linalg.norm(predicted - measured) / np.linalg.norm(measured))
+
+
+def torque_scores(predicted, measured) -> tuple[float, np.ndarray, float]:
+    """(mean nRMSE, (nv,) per-joint nRMSE, pooled relative error) of (N, nv) torques."""
+    return torque_nrmse(predicted, measured) + (pooled_relative_error(predicted, measured),)
 
 
 def _nea_fit(config: str, trajs, urdf: str | None = None):
@@ -174,9 +188,11 @@ def _nea_fit(config: str, trajs, urdf: str | None = None):
 
 def _print_torques(title, rows, joints):
     print(f'\n{title}')
-    print(f'{"model":32}{"nRMSE":>8} | ' + ' '.join(f'{j[-8:]:>8}' for j in joints))
-    for name, (mean, per_joint) in rows.items():
-        print(f'{name:32}{mean:8.3f} | ' + ' '.join(f'{v:8.3f}' for v in per_joint))
+    print(f'{"model":32}{"nRMSE":>8}{"pooled":>8} | '
+          + ' '.join(f'{j[-8:]:>8}' for j in joints))
+    for name, (mean, per_joint, pooled) in rows.items():
+        print(f'{name:32}{mean:8.3f}{pooled:8.3f} | '
+              + ' '.join(f'{v:8.3f}' for v in per_joint))
 
 
 def _reference_model(path: str):
@@ -200,11 +216,13 @@ def _reference_model(path: str):
 
 
 def _pinocchio_rows(pmodel, traj, eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """Independent regressor: Pinocchio's joint-torque regressor plus viscous and Coulomb
-    (tanh(qd / eps)) columns -> ((N nv, 10 nv + 2 nv) matrix, (N nv,) torques)."""
+    """Independent regressor: Pinocchio's joint-torque regressor plus viscous, Coulomb
+    (tanh(qd / eps)) and offset (ones) columns -> ((N nv, 10 nv + 3 nv) matrix, (N nv,)
+    torques)."""
     data = pmodel.createData()
+    ones = np.eye(pmodel.nv)
     rows = [np.hstack([pin.computeJointTorqueRegressor(pmodel, data, q, qd, qdd), np.diag(qd),
-                       np.diag(np.tanh(qd / eps))])
+                       np.diag(np.tanh(qd / eps)), ones])
             for q, qd, qdd in zip(traj.q, traj.qd, traj.qdd)]
     return np.concatenate(rows), traj.tau.reshape(-1)
 
@@ -230,18 +248,18 @@ def run_kuka(source: str, out: str) -> dict:
                                        os.path.join(source, 'model', 'kuka_lwr4.urdf'))
     torques = _torque_fn(problem.model, problem.config.model.actuator)
     q, qd, qdd = (jnp.asarray(a) for a in (test.q, test.qd, test.qdd))
-    rows = {'ours (NEA, runs 1-2)': torque_nrmse(np.asarray(torques(params, q, qd, qdd)),
-                                                 test.tau)}
-    rows['nominal kuka_lwr4.urdf'] = torque_nrmse(
+    rows = {'ours (NEA, runs 1-2)': torque_scores(np.asarray(torques(params, q, qd, qdd)),
+                                                  test.tau)}
+    rows['nominal kuka_lwr4.urdf'] = torque_scores(
         np.asarray(torques(problem.base_params, q, qd, qdd)), test.tau)
-    rows['OLS, unconstrained (Pinocchio)'] = torque_nrmse(
+    rows['OLS, unconstrained (Pinocchio)'] = torque_scores(
         unconstrained_ls(os.path.join(source, 'model', 'kuka_lwr4.urdf'), train, test), test.tau)
     for name, file in KUKA_REFERENCES.items():
         model, ref = _reference_model(os.path.join(source, 'model', file))
         assert model.joint_names == problem.model.joint_names, model.joint_names
         ref_torques = _torque_fn(model, 'coulomb_viscous')
-        rows[f'{name} URDF'] = torque_nrmse(np.asarray(ref_torques(ref, q, qd, qdd)),
-                                            test.tau)
+        rows[f'{name} URDF'] = torque_scores(np.asarray(ref_torques(ref, q, qd, qdd)),
+                                             test.tau)
     _print_torques('KUKA LWR4+: joint torques of run 3 (held out) from recorded q, qd, qdd',
                    rows, problem.model.joint_names)
     print(f'NEA: {result.iterations} Gauss-Newton steps, raw solution consistent: '
@@ -249,8 +267,10 @@ def run_kuka(source: str, out: str) -> dict:
           f'{result.info.get("refined", False)} (training loss {result.final_loss:.4g}, '
           f'projection only {result.info.get("loss_projected", result.final_loss):.4g}), '
           f'consistent: {bool(np.all(result.consistent))}, {result.wall_time:.1f} s')
-    values = [mean for mean, _ in rows.values()]
-    return dict(kuka_nrmse=values[0], kuka_nrmse_nominal=values[1], kuka_nrmse_ols=values[2],
+    values = [mean for mean, _, _ in rows.values()]
+    pooled = [error for _, _, error in rows.values()]
+    return dict(kuka_nrmse=values[0], kuka_pooled_rel_err=pooled[0],
+                kuka_nrmse_nominal=values[1], kuka_nrmse_ols=values[2],
                 kuka_nrmse_gaz2016=values[3], kuka_nrmse_flobaroid=values[4],
                 kuka_s=time.perf_counter() - start)
 
@@ -267,9 +287,9 @@ def run_panda(source: str, out: str) -> dict:
     q, qd, qdd = (jnp.asarray(samples[k]) for k in ('q', 'qd', 'qdd'))
     torques = _torque_fn(problem.model, problem.config.model.actuator)
     rigid = _torque_fn(problem.model, 'ideal')
-    rows = {'ours (NEA, first 14 s)': torque_nrmse(np.asarray(torques(params, q, qd, qdd)),
-                                                   samples['tau']),
-            'example-robot-data URDF': torque_nrmse(
+    rows = {'ours (NEA, first 14 s)': torque_scores(np.asarray(torques(params, q, qd, qdd)),
+                                                    samples['tau']),
+            'example-robot-data URDF': torque_scores(
                 np.asarray(rigid(problem.base_params, q, qd, qdd)), samples['tau'])}
     _print_torques(f'Franka Panda: joint torques of the last {run.duration - PANDA_SPLIT_S:.0f} '
                    's (held out)', rows, problem.model.joint_names)

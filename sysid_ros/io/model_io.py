@@ -120,6 +120,7 @@ def from_pinocchio(pmodel: pin.Model, dtype=jnp.float64) -> tuple[RobotModel, Pa
         damping=jnp.asarray(pmodel.damping, dtype),
         coulomb=jnp.asarray(pmodel.friction, dtype),
         stribeck=jnp.zeros((nv, 2), dtype),
+        offset=jnp.zeros((nv,), dtype),
     )
     return model, params
 

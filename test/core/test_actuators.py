@@ -127,6 +127,35 @@ def test_closed_forms(system):
     assert actuators.num_joint_features(cartpole) == 3
 
 
+@pytest.mark.parametrize('name', NAMES)
+def test_offset_acts_like_a_torque_of_minus_offset(system, name):
+    """Every model sees the command less the joint offsets: forward dynamics with offsets o
+    and command u equal those without offsets and command u - o, bit for bit."""
+    model, params, x0 = system
+    params = _params_for(model, params, name)
+    offset = jnp.array([0.8, -0.35])
+    q, qd, u = x0[:2], x0[2:], jnp.array([0.3, -0.6])
+    accel = jax.jit(functools.partial(integrators.forward_dynamics, model, actuator=name))
+    np.testing.assert_array_equal(accel(dataclasses.replace(params, offset=offset), q, qd, u),
+                                  accel(params, q, qd, u - offset))
+
+
+def test_inverse_dynamics_with_offset_inverts_forward_dynamics(system):
+    """u = rnea(q, qd, qdd) + friction(qd) + offset, written out by hand, drives the forward
+    dynamics of the Stribeck model (with those offsets) to exactly qdd."""
+    model, params, x0 = system
+    offset = jnp.array([0.8, -0.35])
+    params = dataclasses.replace(params, offset=offset)
+    q, qd, qdd = x0[:2], x0[2:], jnp.array([1.5, -2.0])
+    fs, vs = params.stribeck[:, 0], params.stribeck[:, 1]
+    friction = (params.damping * qd + (params.coulomb + fs * jnp.exp(-(qd / vs) ** 2))
+                * actuators.smooth_sign(qd))
+    u = rigid_body.rnea(model, params, q, qd, qdd) + friction + offset
+    np.testing.assert_allclose(
+        integrators.forward_dynamics(model, params, q, qd, u, actuator='stribeck'), qdd,
+        rtol=1e-12)
+
+
 def test_stribeck_gradients_finite_at_zero_stribeck_velocity(system):
     model, params, _ = system
     zero = dataclasses.replace(params, stribeck=jnp.zeros((2, 2)))

@@ -21,6 +21,7 @@ import numpy as np
 import optax
 import pytest
 
+from sysid_ros.core.dynamics import actuators
 from sysid_ros.core.model import builders
 from sysid_ros.core.dynamics import rigid_body
 from sysid_ros.core.inference import point_estimators
@@ -245,8 +246,8 @@ def _regression_samples(q, qd, tau, dt, edge=5):
     return q[inner], qd[inner], qdd[inner], tau[inner]
 
 
-def _nea_fit(model, base, spec, q, qd, qdd, tau, theta0, steps=10):
-    est = point_estimators.make_nea(model, base, spec)
+def _nea_fit(model, base, spec, q, qd, qdd, tau, theta0, steps=10, actuator='viscous'):
+    est = point_estimators.make_nea(model, base, spec, actuator)
     data = _regressor_data(model, base, q, qd, qdd, tau)
     step = jax.jit(est.step)
     if theta0 is None:
@@ -274,6 +275,38 @@ def test_nea_recovers_double_pendulum(measured_rk4):
     # consistency projection that makes room for the new iyy.
     k = SPEC.index('link1.inertia.ixy')
     assert float(state.z[0, k]) == pytest.approx(THETA_GUESS[k], abs=1e-12)
+
+
+def test_nea_recovers_joint_offsets():
+    """Viscous and Coulomb friction plus a signed constant offset per joint (FloBaRoID's
+    friction model): from noisy torques u = rnea + d qd + c sgn(qd) + offset, NEA recovers the
+    offsets with the masses and the friction, and the consistent least squares (from the
+    nominal start, no offsets) reaches the same solution."""
+    truth = {'link1.mass': 1.2, 'link2.mass': 0.7, 'joint1.damping': 0.15,
+             'joint2.damping': 0.08, 'joint1.coulomb': 0.3, 'joint2.coulomb': 0.2,
+             'joint1.offset': 0.6, 'joint2.offset': -0.4}
+    bounds = {'mass': (0.1, 5.0), 'damping': (0.0, 1.0), 'coulomb': (0.0, 1.0),
+              'offset': (-2.0, 2.0)}
+    spec = parameters.make_parameter_spec(
+        MODEL, {name: bounds[name.rsplit('.', 1)[1]] for name in truth})
+    theta_true = np.asarray(list(truth.values()))
+    params = spec.to_params(jnp.asarray(theta_true), NOMINAL)
+    rng = np.random.default_rng(5)
+    q, qd, qdd = (rng.normal(size=(400, 2)) for _ in range(3))
+    rigid = jax.vmap(lambda a, b, c: rigid_body.rnea(MODEL, params, a, b, c))(q, qd, qdd)
+    tau = (np.asarray(rigid) + np.asarray(params.damping) * qd
+           + np.asarray(params.coulomb) * np.tanh(qd / actuators.DEFAULT_EPS)
+           + np.asarray(params.offset) + 0.01 * rng.normal(size=q.shape))
+    state, infos = _nea_fit(MODEL, NOMINAL, spec, q, qd, qdd, tau, None,
+                            actuator='coulomb_viscous')
+    estimate = np.asarray(state.theta[0])
+    assert int(infos[-1].rank[0]) == spec.num_params and bool(infos[-1].raw_consistent[0])
+    np.testing.assert_allclose(estimate, theta_true, rtol=0.01, atol=2e-3)
+    refine = jax.jit(point_estimators.make_consistent_ls(MODEL, NOMINAL, spec,
+                                                         'coulomb_viscous'))
+    data = _regressor_data(MODEL, NOMINAL, q, qd, qdd, tau)
+    refined, _ = refine(spec.initial_theta(NOMINAL)[None], data)
+    np.testing.assert_allclose(refined[0], estimate, atol=1e-6)
 
 
 def test_nea_projection_of_an_inconsistent_raw_solution():

@@ -22,7 +22,8 @@ MODEL = RobotModel(name='dp', link_names=('link1', 'link2'), joint_names=('joint
 
 
 def _base() -> Params:
-    """Two links with off-diagonal inertia, friction and a non-trivial second placement."""
+    """Two links with off-diagonal inertia, friction, offsets and a non-trivial second
+    placement."""
     rot = inertia.rpy_to_matrix(jnp.array([0.1, -0.2, 0.3]))
     inertial = jnp.stack([
         inertia.inertial_from_physical(1.5, jnp.array([0.25, 0.01, -0.02]),
@@ -34,7 +35,8 @@ def _base() -> Params:
                   placement=jnp.array([[0.0] * 6, [0.5, 0.0, 0.1, 0.0, 0.05, 0.0]]),
                   armature=jnp.array([0.01, 0.02]), damping=jnp.array([0.1, 0.2]),
                   coulomb=jnp.array([0.05, 0.03]),
-                  stribeck=jnp.array([[0.02, 0.1], [0.01, 0.2]]))
+                  stribeck=jnp.array([[0.02, 0.1], [0.01, 0.2]]),
+                  offset=jnp.array([0.4, -0.3]))
 
 
 BASE = _base()
@@ -53,6 +55,7 @@ ENTRIES = {
     'joint2.stribeck.torque': (0.0, 0.5),
     'joint2.stribeck.velocity': (0.0, 1.0),
     'joint1.armature': (0.0, 0.1),
+    'joint2.offset': (-1.0, 1.0),                                   # signed
     'joint2.origin.x': (-np.inf, np.inf),
     'joint2.origin.z': (-np.inf, 0.5),
     'joint2.origin.pitch': (-np.pi, np.pi),
@@ -117,6 +120,7 @@ def test_from_params_reads_physical_values():
     assert theta['link2.inertia.iyy'] == pytest.approx(0.015)
     assert theta['link2.inertia.ixy'] == pytest.approx(0.0, abs=1e-15)
     assert theta['joint2.stribeck.velocity'] == pytest.approx(0.2)
+    assert theta['joint2.offset'] == pytest.approx(-0.3)
     assert theta['joint2.origin.z'] == pytest.approx(0.1)
     assert theta['joint2.origin.pitch'] == pytest.approx(0.05)
 
@@ -131,6 +135,8 @@ def test_to_params_round_trip_and_writes_only_named_fields():
     assert params.damping[0] == pytest.approx(0.11) and params.damping[1] == pytest.approx(0.21)
     assert params.coulomb[1] == BASE.coulomb[1]                    # joint2.coulomb not free
     assert params.armature[1] == BASE.armature[1]
+    assert params.offset[0] == BASE.offset[0]                      # joint1.offset not free
+    assert params.offset[1] == pytest.approx(-0.29)
     np.testing.assert_array_equal(params.placement[0], BASE.placement[0])
     assert params.placement[1, 1] == BASE.placement[1, 1]          # origin.y not free
     assert params.placement[1, 0] == pytest.approx(0.51)
@@ -157,7 +163,8 @@ def test_to_params_vmap_over_particles_and_gradients():
     def loss(th):
         p = SPEC.to_params(th, BASE)
         return (jnp.sum(p.inertial ** 2) + jnp.sum(p.placement ** 2) + jnp.sum(p.stribeck)
-                + jnp.sum(p.damping * p.coulomb) + jnp.sum(p.armature))
+                + jnp.sum(p.damping * p.coulomb) + jnp.sum(p.armature)
+                + jnp.sum(p.offset ** 2))
     check_grads(jax.jit(loss), (theta,), order=1, modes=('rev',))
 
 

@@ -118,10 +118,12 @@ def test_minimal_dict_defaults_and_flattening():
 
 
 def test_missing_bounds_default_to_infinite_or_zero():
-    d = _with('parameters.joint1', {'origin': {'z': {'init': 0.1}}, 'coulomb': {'max': 1.0}})
+    d = _with('parameters.joint1', {'origin': {'z': {'init': 0.1}}, 'coulomb': {'max': 1.0},
+                                    'offset': {'min': -20.0}})
     bounds = config.from_dict(_with('model.actuator', 'stribeck', d)).parameters.bounds
     assert bounds['joint1.origin.z'] == (-math.inf, math.inf)
     assert bounds['joint1.coulomb'] == (0.0, 1.0)
+    assert bounds['joint1.offset'] == (-20.0, math.inf)                 # signed
 
 
 @pytest.mark.parametrize('wrapper', ['/**', 'sysid_node', '/robot/sysid_node'])

@@ -7,21 +7,26 @@ white box to black box, as in seed 001 (DiffNEA, Lutter et al. 2021) §3.4:
 
 | name              | applied torque tau                                                | passive |
 |-------------------|-------------------------------------------------------------------|---------|
-| `ideal`           | u                                                                 | yes     |
-| `viscous`         | u - d qd                                                          | yes     |
-| `coulomb_viscous` | u - d qd - c sgn(qd)                                              | yes     |
-| `stribeck`        | u - d qd - (c + fs exp(-(qd / vs)^2)) sgn(qd)                     | yes     |
-| `nn_friction`     | u - d qd - softplus(a(q, qd)) qd - softplus(b(q, qd)) sgn(qd)     | yes     |
-| `nn_residual`     | u - d qd + NN(q, qd, u)                                           | no      |
-| `ff_nn`           | NN(q, qd, u)                                                      | no      |
+| `ideal`           | v                                                                 | yes     |
+| `viscous`         | v - d qd                                                          | yes     |
+| `coulomb_viscous` | v - d qd - c sgn(qd)                                              | yes     |
+| `stribeck`        | v - d qd - (c + fs exp(-(qd / vs)^2)) sgn(qd)                     | yes     |
+| `nn_friction`     | v - d qd - softplus(a(q, qd)) qd - softplus(b(q, qd)) sgn(qd)     | yes     |
+| `nn_residual`     | v - d qd + NN(q, qd, v)                                           | no      |
+| `ff_nn`           | NN(q, qd, v)                                                      | no      |
 
-with d = `params.damping`, c = `params.coulomb`, [fs, vs] = `params.stribeck`, [a; b] a network
+with v = u - o the net command, o = `params.offset` the constant torque that the joint's
+sensor or actuator adds to the command (signed; zero unless identified, as FloBaRoID does),
+d = `params.damping`, c = `params.coulomb`, [fs, vs] = `params.stribeck`, [a; b] a network
 output and sgn the smooth sign `tanh(qd / eps)`. All products are elementwise, per joint.
+Inverse dynamics with an additive model is therefore u = rnea(q, qd, qdd) + friction + o.
 
-Passivity: with u = 0 a passive model's friction torque tau_f satisfies qd . tau_f <= 0, so the
-mechanical energy E (whose rate is dE/dt = qd . tau) never increases. For the white-box models
-this holds when d, c, fs >= 0, which the virtual-parameter map is to enforce; the
-`nn_friction` model guarantees it for any network weights (see `nn_friction`).
+Passivity: with u = 0 and o = 0 a passive model's friction torque tau_f satisfies
+qd . tau_f <= 0, so the mechanical energy E (whose rate is dE/dt = qd . tau) never increases.
+For the white-box models this holds when d, c, fs >= 0, which the virtual-parameter map is to
+enforce; the `nn_friction` model guarantees it for any network weights (see `nn_friction`).
+An offset o is the conservative torque -o of the potential o . q, so then E + o . q never
+increases.
 
 Every function takes one state (no batch axes; batch with `jax.vmap`) and is differentiable
 with respect to q, qd, u and every leaf of `Params`. Network weights are read from
@@ -76,44 +81,44 @@ def _stribeck_bump(qd, vs):
 
 
 def ideal(model: RobotModel, params: Params, q, qd, u):
-    """Ideal actuator: the joints receive the commanded torque, tau = u.
+    """Ideal actuator: the joints receive the net command, tau = u - offset.
 
     Args:
       model: static tree.
-      params: physical parameters (unused).
+      params: physical parameters (`offset` only).
       q, qd: (nv,) joint positions [rad, m] and velocities [rad/s, m/s].
       u: (nv,) commanded joint torques/forces [N m, N].
 
     Returns:
       (nv,) torques/forces applied at the joints [N m, N].
     """
-    del model, params, q, qd
-    return u
+    del model, q, qd
+    return u - params.offset
 
 
 def viscous(model: RobotModel, params: Params, q, qd, u):
-    """Viscous friction, tau = u - damping * qd (arguments as in `ideal`)."""
+    """Viscous friction, tau = u - offset - damping * qd (arguments as in `ideal`)."""
     del model, q
-    return u - params.damping * qd
+    return u - params.offset - params.damping * qd
 
 
 def coulomb_viscous(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS):
-    """Coulomb and viscous friction, tau = u - damping qd - coulomb tanh(qd / eps).
+    """Coulomb and viscous friction, tau = u - offset - damping qd - coulomb tanh(qd / eps).
 
     Args:
       model, params, q, qd, u: as in `ideal`.
       eps: velocity scale of the smooth sign [rad/s or m/s], see `DEFAULT_EPS`.
     """
     del model, q
-    return u - params.damping * qd - params.coulomb * smooth_sign(qd, eps)
+    return u - params.offset - params.damping * qd - params.coulomb * smooth_sign(qd, eps)
 
 
 def stribeck(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS):
     """Stribeck friction: a static torque that falls to the Coulomb level as speed grows.
 
-    tau = u - damping qd - (coulomb + fs exp(-(qd / vs)^2)) tanh(qd / eps), with the excess
-    static torque fs = stribeck[:, 0] [N m, N] and the Stribeck velocity vs = stribeck[:, 1]
-    [rad/s, m/s]; a joint with vs = 0 has no Stribeck term.
+    tau = u - offset - damping qd - (coulomb + fs exp(-(qd / vs)^2)) tanh(qd / eps), with the
+    excess static torque fs = stribeck[:, 0] [N m, N] and the Stribeck velocity
+    vs = stribeck[:, 1] [rad/s, m/s]; a joint with vs = 0 has no Stribeck term.
 
     Args:
       model, params, q, qd, u: as in `ideal`.
@@ -122,7 +127,7 @@ def stribeck(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS):
     del model, q
     fs, vs = params.stribeck[:, 0], params.stribeck[:, 1]
     breakaway = params.coulomb + fs * _stribeck_bump(qd, vs)
-    return u - params.damping * qd - breakaway * smooth_sign(qd, eps)
+    return u - params.offset - params.damping * qd - breakaway * smooth_sign(qd, eps)
 
 
 def nn_friction(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS):
@@ -131,7 +136,7 @@ def nn_friction(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS)
     A network maps `(joint_features(q), qd)` to `[a; b]` (2 nv,), and
 
       tau_f = -softplus(a) * qd - softplus(b) * tanh(qd / eps),
-      tau = u - damping * qd + tau_f,
+      tau = u - offset - damping * qd + tau_f,
 
     a configuration- and speed-dependent viscous gain and Coulomb level. Seed 001's
     NN-Friction learns a non-negative, state-dependent friction magnitude that opposes the
@@ -151,25 +156,27 @@ def nn_friction(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS)
     out = networks.mlp(params.network, jnp.concatenate([joint_features(model, q), qd]))
     gain, level = jax.nn.softplus(out[:nv]), jax.nn.softplus(out[nv:])
     friction = -gain * qd - level * smooth_sign(qd, eps)
-    return u - params.damping * qd + friction
+    return u - params.offset - params.damping * qd + friction
 
 
 def nn_residual(model: RobotModel, params: Params, q, qd, u):
-    """Viscous friction plus an unconstrained network residual, tau = u - d qd + NN(q, qd, u).
+    """Viscous friction plus an unconstrained network residual, tau = v - d qd + NN(q, qd, v)
+    with v = u - offset.
 
     Not passive: the residual can inject energy. Arguments as in `ideal`; weights from
     `init_network(key, model, 'nn_residual')`.
     """
-    x = jnp.concatenate([joint_features(model, q), qd, u])
-    return u - params.damping * qd + networks.mlp(params.network, x)
+    net = u - params.offset
+    x = jnp.concatenate([joint_features(model, q), qd, net])
+    return net - params.damping * qd + networks.mlp(params.network, x)
 
 
 def ff_nn(model: RobotModel, params: Params, q, qd, u):
-    """Black-box actuator, tau = NN(q, qd, u) (not passive).
+    """Black-box actuator, tau = NN(q, qd, u - offset) (not passive).
 
     Arguments as in `ideal`; weights from `init_network(key, model, 'ff_nn')`.
     """
-    x = jnp.concatenate([joint_features(model, q), qd, u])
+    x = jnp.concatenate([joint_features(model, q), qd, u - params.offset])
     return networks.mlp(params.network, x)
 
 

@@ -20,9 +20,10 @@ and the posterior is `state.theta`, particles (P, M) in physical units in the or
     Hollerbach 1986): least squares on the joint-torque regressor. Inverse dynamics is linear
     in each body's inertial 10-vector, tau = Y(q, qd, qdd) pi (`rigid_body.regressor`), and the
     additive friction of the actuator model (viscous, Coulomb, armature) is linear in its
-    coefficients. The regression is restricted to the spec: its columns are Y d pi/d theta
-    (plus the friction and armature columns), the torque of every parameter not in the spec
-    sits on the right-hand side. Each `step` is one Gauss-Newton iteration of this least-squares
+    coefficients, as is each joint's constant offset (a column of ones on that joint's rows).
+    The regression is restricted to the spec: its columns are Y d pi/d theta (plus the
+    friction, armature and offset columns), the torque of every parameter not in the spec sits
+    on the right-hand side. Each `step` is one Gauss-Newton iteration of this least-squares
     problem, solved as a minimum-norm `lstsq` in bounds-scaled coordinates, so directions the
     data cannot see (the null space of the base parameters) keep their initial values. When
     theta -> pi is linear (masses with known COMs, inertia entries, friction: the classic
@@ -79,7 +80,7 @@ __all__ = [
     'make_regressor_loss',
 ]
 
-# Actuator models whose friction is additive, u = tau_rigid + f(q, qd): usable by NEA.
+# Actuator models whose friction is additive, u = tau_rigid + f(q, qd) + offset: usable by NEA.
 ADDITIVE_ACTUATORS = frozenset({'ideal', 'viscous', 'coulomb_viscous', 'stribeck',
                                 'nn_friction'})
 
@@ -321,15 +322,16 @@ def _check_regression(spec, actuator, method: str) -> None:
 
 def _params_residual(model: RobotModel, actuator) -> Callable:
     """`residual(params, data) -> (N nv,)`: measured minus predicted command torque, divided
-    per joint by `data.torque_scale` [-], with u = Y pi + armature qdd + f(q, qd) (`make_nea`)."""
+    per joint by `data.torque_scale` [-], with u = Y pi + armature qdd + f(q, qd) + offset
+    (`make_nea`)."""
     actuator_fn = actuators.get_actuator(actuator)
 
     def residual(params: Params, data: RegressorData):
         rigid = jnp.einsum('nij,j->ni', data.regressor, params.inertial.reshape(-1))
 
         def extra(q, qd, qdd):
-            friction = -actuator_fn(model, params, q, qd, jnp.zeros_like(q))
-            return params.armature * qdd + friction
+            friction_and_offset = -actuator_fn(model, params, q, qd, jnp.zeros_like(q))
+            return params.armature * qdd + friction_and_offset
 
         predicted = rigid + jax.vmap(extra)(data.q, data.qd, data.qdd)
         return ((data.tau - predicted) / data.torque_scale).reshape(-1)
@@ -374,16 +376,18 @@ def make_nea(model: RobotModel, base_params: Params, spec: parameters.ParameterS
 
     The predicted command torque of a sample is
 
-      u = Y(q, qd, qdd) pi(theta) + armature qdd + f(q, qd),   f = -actuator(q, qd, u=0),
+      u = Y(q, qd, qdd) pi(theta) + armature qdd + f(q, qd) + offset,
+      f + offset = -actuator(q, qd, u=0),
 
-    with `pi(theta)` the bodies' inertial 10-vectors (`spec.to_params(theta, base).inertial`)
-    and f the additive friction of the actuator model.
+    with `pi(theta)` the bodies' inertial 10-vectors (`spec.to_params(theta, base).inertial`),
+    f the additive friction of the actuator model and offset the joints' constant torques.
 
     Args:
       model: static tree.
       base_params: Params supplying every value not in the spec (and the kinematics).
       spec: the free parameters: link inertials (mass, com, inertia), damping, coulomb,
-        stribeck.*, armature. Joint origins are not allowed (NEA assumes known kinematics).
+        stribeck.*, armature, offset. Joint origins are not allowed (NEA assumes known
+        kinematics).
       actuator: actuator model with additive friction (`ADDITIVE_ACTUATORS`) or a callable.
       rcond: relative cut-off of small singular values in `lstsq` (minimum-norm solution).
       num_bisection: bisection steps of the consistency projection.
@@ -443,7 +447,7 @@ def make_nea(model: RobotModel, base_params: Params, spec: parameters.ParameterS
 # ------------------------------------------------------------------------------------------
 
 # Fields of Params in which the torque of an additive actuator model is (typically) linear.
-_LINEAR_FIELDS = ('inertial', 'damping', 'coulomb', 'stribeck', 'armature')
+_LINEAR_FIELDS = ('inertial', 'damping', 'coulomb', 'stribeck', 'armature', 'offset')
 
 
 def _sqrt_second_moment_slots(spec: parameters.ParameterSpec) -> np.ndarray:

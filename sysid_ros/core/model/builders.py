@@ -51,6 +51,7 @@ def _assemble(name, parents, types, axes, placements, inertials, damping, dtype,
         damping=jnp.asarray(np.broadcast_to(np.asarray(damping, dtype=float), (nb,)), dtype),
         coulomb=jnp.zeros((nb,), dtype),
         stribeck=jnp.zeros((nb, 2), dtype),
+        offset=jnp.zeros((nb,), dtype),
     )
     return model, params
 

@@ -10,8 +10,10 @@ Attributes of a link (the URDF child link of a joint; body frame = joint frame):
   inertia about the COM in the body axes [kg m^2] (the URDF `<inertial>` convention).
 Attributes of a joint:
   `damping` [N m s/rad or N s/m]; `coulomb` [N m or N]; `stribeck.torque` [N m or N];
-  `stribeck.velocity` [rad/s or m/s]; `armature` [kg m^2 or kg]; `origin.x|y|z` [m] and
-  `origin.roll|pitch|yaw` [rad], the joint placement in the parent frame (`Params.placement`).
+  `stribeck.velocity` [rad/s or m/s]; `armature` [kg m^2 or kg]; `offset` [N m or N], a
+  signed constant torque the joint's sensor or actuator adds (`Params.offset`); `origin.x|y|z`
+  [m] and `origin.roll|pitch|yaw` [rad], the joint placement in the parent frame
+  (`Params.placement`).
 Attributes of the payload (`Payload`: a point mass a body holds, e.g. a tool or a picked-up
 object), named `payload.<attribute>`: `mass` [kg]; `com.x|y|z` its position [m] in the
 payload frame.
@@ -49,7 +51,7 @@ INERTIA_ATTRIBUTES = ('inertia.ixx', 'inertia.ixy', 'inertia.ixz',
                       'inertia.iyy', 'inertia.iyz', 'inertia.izz')
 LINK_ATTRIBUTES = ('mass', 'com.x', 'com.y', 'com.z') + INERTIA_ATTRIBUTES
 JOINT_ATTRIBUTES = ('damping', 'coulomb', 'stribeck.torque', 'stribeck.velocity', 'armature',
-                    'origin.x', 'origin.y', 'origin.z',
+                    'offset', 'origin.x', 'origin.y', 'origin.z',
                     'origin.roll', 'origin.pitch', 'origin.yaw')
 ATTRIBUTES = LINK_ATTRIBUTES + JOINT_ATTRIBUTES
 # Quantities that cannot be negative (diagonal entries of a positive semi-definite inertia too).
@@ -61,13 +63,13 @@ PAYLOAD = 'payload'                  # object name of the payload's parameters
 PAYLOAD_ATTRIBUTES = ('mass', 'com.x', 'com.y', 'com.z')
 _PAYLOAD_BODY = -1                   # `ParameterSpec.bodies` entry of a payload parameter
 
-# Column of each attribute in the per-body table built by `_table` (nb, 21).
+# Column of each attribute in the per-body table built by `_table` (nb, 22).
 _COLUMN = {a: i for i, a in enumerate(ATTRIBUTES)}
 _NUM_LINK_COLUMNS = len(LINK_ATTRIBUTES)
 _INERTIA_COLUMNS = tuple(_COLUMN[a] for a in INERTIA_ATTRIBUTES)
 # Params field written from each joint column.
 _JOINT_FIELD = {'damping': 'damping', 'coulomb': 'coulomb', 'stribeck.torque': 'stribeck',
-                'stribeck.velocity': 'stribeck', 'armature': 'armature'}
+                'stribeck.velocity': 'stribeck', 'armature': 'armature', 'offset': 'offset'}
 _JOINT_FIELD.update({a: 'placement' for a in JOINT_ATTRIBUTES if a.startswith('origin.')})
 
 # Elementwise bijections R -> (lo, hi), chosen per parameter from its bounds.
@@ -91,12 +93,12 @@ def split_name(name: str) -> tuple[str, str]:
 
 
 def _table(params: Params) -> jax.Array:
-    """Params -> (nb, 21) physical value of every attribute of every body, in ATTRIBUTES order."""
+    """Params -> (nb, 22) physical value of every attribute of every body, in ATTRIBUTES order."""
     mass, com, inertia_c = inertia.physical_from_inertial(params.inertial)
     columns = [mass, com[:, 0], com[:, 1], com[:, 2]]
     columns += [inertia_c[:, i, j] for i, j in ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))]
     columns += [params.damping, params.coulomb, params.stribeck[:, 0], params.stribeck[:, 1],
-                params.armature]
+                params.armature, params.offset]
     columns += [params.placement[:, k] for k in range(6)]
     dtype = jnp.result_type(*columns)
     return jnp.stack([c.astype(dtype) for c in columns], axis=-1)
@@ -325,6 +327,7 @@ class ParameterSpec:
             'damping': table[:, _COLUMN['damping']],
             'coulomb': table[:, _COLUMN['coulomb']],
             'armature': table[:, _COLUMN['armature']],
+            'offset': table[:, _COLUMN['offset']],
             'stribeck': table[:, _COLUMN['stribeck.torque']:_COLUMN['stribeck.velocity'] + 1],
             'placement': table[:, _COLUMN['origin.x']:_COLUMN['origin.yaw'] + 1],
         }

@@ -88,6 +88,8 @@ class Params:
       damping: (nb,) viscous friction coefficient [N m s/rad or N s/m].
       coulomb: (nb,) Coulomb friction torque [N m or N].
       stribeck: (nb, 2) Stribeck excess static torque [N m] and Stribeck velocity [rad/s].
+      offset: (nb,) constant torque that the joint's sensor or actuator adds to the
+        commanded torque [N m or N] (signed): tau_cmd = rnea + friction + offset.
       network: weights of a neural actuator model (a pytree; empty tuple when unused).
     """
 
@@ -97,6 +99,7 @@ class Params:
     damping: jax.Array
     coulomb: jax.Array
     stribeck: jax.Array
+    offset: jax.Array
     network: Any = ()
 
     @staticmethod
@@ -104,4 +107,5 @@ class Params:
         nb = model.num_bodies
         z = jnp.zeros((nb,), dtype)
         return Params(inertial=jnp.zeros((nb, 10), dtype), placement=jnp.zeros((nb, 6), dtype),
-                      armature=z, damping=z, coulomb=z, stribeck=jnp.zeros((nb, 2), dtype))
+                      armature=z, damping=z, coulomb=z, stribeck=jnp.zeros((nb, 2), dtype),
+                      offset=z)
