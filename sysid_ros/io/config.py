@@ -481,6 +481,10 @@ class EstimatorConfig:
       shooting_windows: windows per trajectory piece (consecutive windows joined by free
         shooting states, CSVGD's multiple shooting; 1: every window starts at its measured
         state); each window must span at least 2 steps.
+      batch: trajectory pieces each step of csvgd, svgd and sgld sees (`io.minibatch`: a
+        new random order per epoch, the log-likelihood scaled by pieces / batch), so a step
+        costs the same on a long recording; `auto` (default): 8; `all`: every piece. Only
+        with `shooting_windows: 1` and `likelihood: product` (else every piece).
       init: where the Bayesian methods start: `point` (default: from the lm estimate and its
         Laplace covariance, clipped into the bounds) or `sobol` (Sobol points over the
         bounds, for multimodal problems).
@@ -500,6 +504,7 @@ class EstimatorConfig:
     iterations: int = _opt(200, 'int', ge=1)
     window: float | str = _opt('auto', 'float', unit='s', gt=0.0, words=WINDOW_WORDS)
     shooting_windows: int = _opt(1, 'int', ge=1)
+    batch: int | str = _opt('auto', 'int', ge=1, words=WINDOW_WORDS)
     init: str = _opt('point', 'str', choices=INITS)
     learning_rate: float = _opt(1e-2, 'float', gt=0.0)
     seed: int = _opt(0, 'int')

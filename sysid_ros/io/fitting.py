@@ -40,7 +40,9 @@ from sysid_ros.core.inference import levenberg_marquardt as lm
 from sysid_ros.core.inference import methods, particles, registry
 from sysid_ros.core.inference.base import Estimator
 from sysid_ros.core.model.types import Params
+from sysid_ros.core.likelihoods import likelihood as lik
 from sysid_ros.io import estimator_data
+from sysid_ros.io.minibatch import PieceSchedule, batch_pieces
 from sysid_ros.io.config import config_error
 from sysid_ros.io.problem import Problem
 
@@ -358,10 +360,14 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
         raise _method_error(problem, exc) from exc
     prepared = estimator_data.method_data(problem, trajs, entry.data, theta=window_theta)
     info.update(prepared.info)
-    est = compiled_estimator(problem, method, prepared.target, options)
-    data = prepared.data
+    target, data, schedule = _minibatches(problem, entry, prepared, seed)
+    next_data = (lambda: data) if schedule is None else (
+        lambda: lik.select_trajectories(data, schedule.next()))
+    if schedule is not None:
+        info['batch_pieces'] = schedule.batch
+    est = compiled_estimator(problem, method, target, options)
     try:
-        state = est.init(jax.random.PRNGKey(seed), jnp.asarray(theta_init), data)
+        state = est.init(jax.random.PRNGKey(seed), jnp.asarray(theta_init), next_data())
     except ValueError as exc:
         raise _method_error(problem, exc) from exc
     if est.laplace is not None:
@@ -384,8 +390,8 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
     def converged(step_info):
         return bool(np.asarray(step_info.converged))
 
-    steps = run_steps(lambda s: est.step(s, data, None), state, iterations, record, progress,
-                      start, converged)
+    steps = run_steps(lambda s: est.step(s, next_data(), None), state, iterations, record,
+                      progress, start, converged)
     final_theta = np.asarray(est.posterior(steps.state), dtype=float)
     try:
         _, final = est.step(steps.state, data, None)       # the loss of the final particles
@@ -412,7 +418,10 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
         # lower cost), so its Laplace terms there are the best restart's.
         covariance = np.asarray(est.laplace(steps.state)[1][int(np.argmin(best.loss))],
                                 dtype=float)
-    diagnosis = diagnose(method, history, theta_init, result_theta, final, result_loss,
+    # Mini-batch losses are noisy: the convergence test reads their mean over an epoch.
+    epoch = 1 if schedule is None else -(-schedule.num_pieces // schedule.batch)
+    diagnosis = diagnose(method, _running_mean(history, epoch), theta_init, result_theta, final,
+                         result_loss,
                          steps, spec, shooting_windows=cfg.shooting_windows,
                          bayesian=entry.bayesian)
     consistent = np.asarray(_consistent_fn(problem)(jnp.asarray(result_theta)), dtype=bool)
@@ -472,6 +481,35 @@ def identifiability_report(problem: Problem, hessian: np.ndarray, theta) -> dict
             'predicted_std': {n: float(v) for n, v in zip(spec.names, std)},
             'weakest_combination': combination, 'poorly_determined': poor,
             'warnings': warnings}
+
+
+def _minibatches(problem: Problem, entry: registry.Method,
+                 prepared: estimator_data.MethodData, seed: int):
+    """(target, data, PieceSchedule or None): a method that takes mini-batches
+    (`Method.minibatch`) sees `estimator.batch` pieces a step (`io.minibatch`) when the
+    pieces are single-shooting windows combined by 'product' and there are more of them;
+    its likelihood then scales the batch's log-likelihood by K / B."""
+    target, data = prepared.target, prepared.data
+    setting = target.likelihood
+    if (not entry.minibatch or setting is None or setting.num_windows != 1
+            or setting.combine != 'product'):
+        return target, data, None
+    num = data.num_trajectories
+    batch = batch_pieces(problem.config.estimator.batch, num)
+    if batch == num:
+        return target, data, None
+    target = target._replace(likelihood=dataclasses.replace(setting, batch_scale=num / batch))
+    return target, data, PieceSchedule(num, batch, seed)
+
+
+def _running_mean(history: np.ndarray, window: int) -> np.ndarray:
+    """Mean of each entry of `history` and the `window - 1` before it (fewer at the start)."""
+    if window <= 1:
+        return history
+    sums = np.cumsum(np.concatenate([[0.0], history]))
+    counts = np.minimum(np.arange(1, history.size + 1), window)
+    ends = np.arange(1, history.size + 1)
+    return (sums[ends] - sums[ends - counts]) / counts
 
 
 def _loss_fall(history: np.ndarray, tail: int) -> float:

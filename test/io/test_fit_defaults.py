@@ -111,9 +111,11 @@ def test_several_starts_return_the_best_not_their_mean(traj):
     assert result.info['starts_agreeing'].endswith('of 3')
 
 
-def test_bayesian_methods_start_from_the_lm_estimate(problem, traj, lm_fit):
-    cfg = config_io.from_dict(_config(method='csvgd', particles=4, iterations=2))
+def test_bayesian_methods_start_from_the_lm_estimate_and_take_mini_batches(problem, traj,
+                                                                           lm_fit):
+    cfg = config_io.from_dict(_config(method='csvgd', particles=4, iterations=2, batch=2))
     result = pipeline.fit(pipeline.build_problem(cfg), [traj])
+    assert result.info['batch_pieces'] == 2 < result.info['num_pieces']
     assert 'start_fit' in result.info
     np.testing.assert_allclose(result.initial[0], lm_fit[0].estimate, rtol=1e-6)
     spread = result.initial.std(axis=0) / (result.upper - result.lower)

@@ -28,18 +28,22 @@ class Method(NamedTuple):
       bayesian: its particles are a posterior sample (else point estimates / restarts, of
         which a fit keeps each restart's best iterate).
       jittable: its `step` may be jitted (Emcee's runs on the host).
+      minibatch: its step may see a mini-batch of the data's pieces (`io.minibatch`):
+        stochastic-gradient methods; not those with an accept/reject step (NUTS, emcee),
+        a population's ranking (CEM) or a Gauss-Newton model (lm).
     """
 
     factory: Callable
     data: str
     bayesian: bool
     jittable: bool = True
+    minibatch: bool = False
 
 
 METHODS: dict[str, Method] = {
-    'csvgd': Method(methods.make_csvgd, 'shooting', True),
-    'svgd': Method(methods.make_svgd, 'shooting', True),
-    'sgld': Method(methods.make_sgld, 'shooting', True),
+    'csvgd': Method(methods.make_csvgd, 'shooting', True, minibatch=True),
+    'svgd': Method(methods.make_svgd, 'shooting', True, minibatch=True),
+    'sgld': Method(methods.make_sgld, 'shooting', True, minibatch=True),
     'nuts': Method(methods.make_nuts, 'shooting', True),
     'emcee': Method(methods.make_emcee, 'shooting', True, jittable=False),
     'cem': Method(methods.make_cem, 'shooting', True),

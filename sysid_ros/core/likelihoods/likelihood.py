@@ -67,6 +67,7 @@ __all__ = [
     'LikelihoodTerms',
     'ShootingLikelihood',
     'make_trajectory_data',
+    'select_trajectories',
     'make_shooting_likelihood',
     'initial_shooting_states',
     'simulate_windows',
@@ -142,6 +143,9 @@ class ShootingLikelihood:
       integrator, actuator, substeps: simulator settings, see `integrators.rollout`.
       mocap: tracked frames of the motion-capture observation model (`observations`), or ()
         for the state-dimension model.
+      batch_scale: factor of the 'product' log-likelihood: K / B when each step sees a
+        mini-batch of B of the K trajectories (`select_trajectories`), which makes it an
+        unbiased estimate of the whole set's; `residual_loss` divides it out again.
     """
 
     model: RobotModel
@@ -153,6 +157,7 @@ class ShootingLikelihood:
     actuator: object = 'viscous'
     substeps: int = 1
     mocap: tuple[observations.MocapFrame, ...] = ()
+    batch_scale: float = 1.0
 
     @property
     def state_dim(self) -> int:
@@ -366,6 +371,14 @@ def make_trajectory_data(likelihood: ShootingLikelihood, states, controls, noise
                           states=jnp.asarray(states))
 
 
+def select_trajectories(data: TrajectoryData, index) -> TrajectoryData:
+    """The trajectories `index` (B,) of `data` (a mini-batch); the noise and the state
+    normalisation stay those of the whole set."""
+    return data._replace(x0=data.x0[index], controls=data.controls[index],
+                         observations=data.observations[index],
+                         states=None if data.states is None else data.states[index])
+
+
 def initial_shooting_states(likelihood: ShootingLikelihood, data: TrajectoryData) -> jax.Array:
     """(K, W - 1, S) shooting states at the measured data.
 
@@ -457,7 +470,7 @@ def log_likelihood(likelihood: ShootingLikelihood, params: Params, shooting: jax
     log_norm = _trajectory_log_normaliser(data)
     per_trajectory = -0.5 * jnp.sum(jnp.square(residual), axis=(1, 2)) - log_norm
     if likelihood.combine == 'product':
-        log_lik = jnp.sum(per_trajectory)
+        log_lik = likelihood.batch_scale * jnp.sum(per_trajectory)
     else:
         log_lik = jax.nn.logsumexp(per_trajectory) - jnp.log(per_trajectory.shape[0])
     defects = (windows[:, :-1, -1] - shooting) / data.state_scale
@@ -486,8 +499,8 @@ def _trajectory_log_normaliser(data: TrajectoryData) -> jax.Array:
 
 def residual_normaliser(likelihood: ShootingLikelihood, data: TrajectoryData
                         ) -> tuple[jax.Array, int]:
-    """(c, n) with `residual_loss` = -2 (log_lik + c) / n: c the log normaliser of the
-    Gaussian noise, n the number of observed values (per trajectory under 'sum')."""
+    """(c, n) with `residual_loss` = -2 (log_lik / batch_scale + c) / n: c the log normaliser
+    of the Gaussian noise, n the number of observed values (per trajectory under 'sum')."""
     k, num_samples, num_obs = data.observations.shape
     log_norm = _trajectory_log_normaliser(data)
     if likelihood.combine == 'product':
@@ -500,4 +513,4 @@ def residual_loss(likelihood: ShootingLikelihood, data: TrajectoryData,
     """(...,) the mean squared noise-normalised residual ((y_sim - y) / sigma)^2 of
     log-likelihoods (...,): about 1 at the truth when the noise std is right."""
     c, n = residual_normaliser(likelihood, data)
-    return -2.0 * (log_lik + c) / n
+    return -2.0 * (log_lik / likelihood.batch_scale + c) / n
