@@ -4,7 +4,10 @@
 Reads rosbag2 folders (sqlite3 or mcap, also those of `ros2 bag record`) and ROS 1 `.bag`
 files (converted to CDR) through `rosbags`, and publishes every message, as recorded, on its
 topic at its bag (receive) time: in real time (`rate` 1.0), faster (`rate` > 1) or as fast as
-possible (`rate` 0). `/clock` (rosgraph_msgs/Clock) carries the bag time before every message,
+possible (`rate` 0). Each topic is offered with the QoS its publishers were recorded with
+(`offered_qos_profiles` of a rosbag2; `ros.qos.from_recording`: best effort if any recorded
+publisher was, transient local only if all were), so a subscriber sees the replay as it
+would the robot. `/clock` (rosgraph_msgs/Clock) carries the bag time before every message,
 so nodes with `use_sim_time` follow the recording. Topics whose message package is not
 importable here are skipped with a warning.
 
@@ -32,9 +35,9 @@ import rclpy
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 
+from sysid_ros.ros import qos
 from sysid_ros.ros.messages import seconds_to_stamp
 
 __all__ = ['BagPlayer', 'main']
@@ -99,10 +102,9 @@ class BagPlayer(Node):
         """Publish the bag once; returns the number of messages published."""
         from rosbags.highlevel import AnyReader
 
-        qos = QoSProfile(depth=_QUEUE, reliability=ReliabilityPolicy.RELIABLE)
         clock = self.create_publisher(Clock, '/clock', 10) if self.publish_clock else None
         with AnyReader([self.bag]) as reader:
-            publishers, conns = {}, []
+            classes, recorded, conns = {}, {}, []
             for conn in reader.connections:
                 if self.topics is not None and conn.topic not in self.topics:
                     continue
@@ -111,9 +113,13 @@ class BagPlayer(Node):
                     self.get_logger().warning(f'{conn.topic}: message type {conn.msgtype} not '
                                               'available here; skipped')
                     continue
-                if conn.topic not in publishers:
-                    publishers[conn.topic] = self.create_publisher(cls, conn.topic, qos)
+                classes[conn.topic] = cls
+                recorded.setdefault(conn.topic, []).extend(
+                    getattr(conn.ext, 'offered_qos_profiles', ()))    # ROS 1 bags: none
                 conns.append(conn)
+            publishers = {topic: self.create_publisher(
+                cls, topic, qos.from_recording(recorded[topic], _QUEUE))
+                for topic, cls in classes.items()}
             self.get_logger().info(f'{self.bag}: playing {len(publishers)} topics, '
                                    f'{reader.duration * 1e-9:.1f} s at rate {self.rate:g}')
             self._wait_for_subscribers(publishers)

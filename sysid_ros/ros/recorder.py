@@ -4,9 +4,12 @@ Topics (from the problem configuration's `data` section): `joint_states_topic`
 (sensor_msgs/JointState), the torque topic when `torque_source` names one
 (std_msgs/Float64MultiArray) and `mocap_topics` (geometry_msgs/PoseStamped). Messages are
 stored as received (serialised CDR, no decoding) under their receive time, as `ros2 bag
-record` does. Ctrl-C (SIGINT) stops the recording and closes the bag, so it is complete and
-readable; the bag is written into a temporary folder beside `out` and renamed into place
-when closed (`io.bags.new_bag`).
+record` does. As `ros2 bag record` does, a topic is subscribed once a publisher of it appears,
+with the QoS its publishers offer (best effort if any of them is: a reliable reader would
+receive nothing from a best-effort writer), and those offered profiles go into the bag's
+metadata (`offered_qos_profiles`), which `bag_player` replays. Ctrl-C (SIGINT) stops the
+recording and closes the bag, so it is complete and readable; the bag is written into a
+temporary folder beside `out` and renamed into place when closed (`io.bags.new_bag`).
 """
 
 from __future__ import annotations
@@ -15,16 +18,18 @@ from geometry_msgs.msg import PoseStamped
 import rclpy
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 from sysid_ros.io import bags
 from sysid_ros.io.config import TORQUE_FROM_JOINT_STATES
+from sysid_ros.ros import qos
 
 __all__ = ['Recorder', 'record_topics', 'record']
 
 _QUEUE = 1000
+# How often topics without a subscription yet are looked up in the ROS graph [s].
+_DISCOVERY_PERIOD = 0.1
 _TYPES = {JointState: 'sensor_msgs/msg/JointState',
           Float64MultiArray: 'std_msgs/msg/Float64MultiArray',
           PoseStamped: 'geometry_msgs/msg/PoseStamped'}
@@ -40,20 +45,34 @@ def record_topics(data) -> dict[str, type]:
 
 
 class Recorder(Node):
-    """Subscribes `topics` ({name: message class}) and writes what arrives into `writer`."""
+    """Subscribes `topics` ({name: message class}) as their publishers appear and writes what
+    arrives into `writer`."""
 
     def __init__(self, writer, topics: dict[str, type]):
         super().__init__('sysid_recorder')
         from rosbags.typesys import get_typestore, Stores
 
-        store = get_typestore(Stores.LATEST)
-        qos = QoSProfile(depth=_QUEUE, reliability=ReliabilityPolicy.RELIABLE)
+        self._store = get_typestore(Stores.LATEST)
         self.writer = writer
         self.counts = dict.fromkeys(topics, 0)
-        for topic, cls in topics.items():
-            conn = writer.add_connection(topic, _TYPES[cls], typestore=store)
-            self.create_subscription(cls, topic, self._callback(topic, conn), qos, raw=True)
+        self._waiting = dict(topics)
+        self._discovery = self.create_timer(_DISCOVERY_PERIOD, self._subscribe_published)
         self.get_logger().info(f'recording {", ".join(topics)}')
+
+    def _subscribe_published(self) -> None:
+        """Subscribe each waiting topic that has publishers, with the QoS they offer."""
+        for topic, cls in list(self._waiting.items()):
+            publishers = self.get_publishers_info_by_topic(self.resolve_topic_name(topic))
+            if not publishers:
+                continue
+            offered = qos.to_recording(publishers)
+            conn = self.writer.add_connection(topic, _TYPES[cls], typestore=self._store,
+                                              offered_qos_profiles=offered)
+            self.create_subscription(cls, topic, self._callback(topic, conn),
+                                     qos.from_recording(offered, _QUEUE), raw=True)
+            del self._waiting[topic]
+        if not self._waiting:
+            self._discovery.cancel()
 
     def _callback(self, topic: str, conn):
         def on_message(raw: bytes) -> None:

@@ -8,8 +8,10 @@ configured integrator and actuator model, driven by a sum-of-sines joint torque
 (`pipeline.excitation`, peaks of `torque_scale` times a typical torque of each joint, the
 excitation of `pipeline.simulate`), and publishes what a driver would:
 
-  * `joint_states` (sensor_msgs/JointState) at `publish_rate`: positions and velocities with
-    Gaussian noise of standard deviation `noise` [rad, rad/s], efforts = the applied torque
+  * `joint_states` (sensor_msgs/JointState, reliable; `qos_overrides./joint_states.publisher.
+    reliability:=best_effort` publishes it as drivers with the sensor-data QoS do) at
+    `publish_rate`: positions and velocities with Gaussian noise of standard deviation
+    `noise` [rad, rad/s], efforts = the applied torque
     (plus `effort_noise` [N m]); the effort at a stamp is the command held from that stamp on;
   * `torque_commands` (std_msgs/Float64MultiArray, model joint order), if `publish_commands`;
   * `mocap/<mocap_link>/pose` (geometry_msgs/PoseStamped, frame `mocap_frame`), if
@@ -61,6 +63,7 @@ import rclpy
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos_overriding_options import QoSOverridingOptions
 from scipy.spatial.transform import Rotation
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
@@ -219,7 +222,9 @@ class SimRobot(Node):
 
         # Interfaces.
         qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-        self._joint_pub = self.create_publisher(JointState, 'joint_states', qos)
+        self._joint_pub = self.create_publisher(
+            JointState, 'joint_states', qos,
+            qos_overriding_options=QoSOverridingOptions.with_default_policies())
         self._command_pub = (self.create_publisher(Float64MultiArray, 'torque_commands', qos)
                              if p['publish_commands'] else None)
         self._pose_pub = (self.create_publisher(

@@ -7,7 +7,7 @@ import pathlib
 
 import numpy as np
 import pytest
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.qos import qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 
@@ -64,48 +64,111 @@ def test_missing_bag_is_one_clear_error(start_node, tmp_path):
     assert f'{tmp_path / "none"}: bag not found' in process.output()
 
 
-def test_record_what_the_player_plays(start_node, tmp_path, bag):
-    """`sysid record` (SIGINT ends it) keeps every played message; the bag reads back."""
+def _start_recording(config_dir: pathlib.Path, out: pathlib.Path):
+    """`sysid record --out OUT` of /joint_states (joints j1, j2) as a process, once it
+    listens; returns (process, log path)."""
     import subprocess
     import sys
     import time
 
     import yaml
 
-    from sysid_ros.io.config import DataConfig
-
     repo = pathlib.Path(__file__).resolve().parents[2]
     # The DDS isolation that test/ros/conftest.py put into os.environ, and this source tree.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         filter(None, [str(repo), os.environ.get('PYTHONPATH')])))
-    path, traj = bag
-    config = tmp_path / 'record.yaml'
+    config = config_dir / 'record.yaml'
     config.write_text(yaml.safe_dump({'/**': {'ros__parameters': {
         'model': {'builder': 'double_pendulum', 'joints': ['j1', 'j2']},
         'parameters': {'link1': {'mass': {'min': 0.5, 'max': 2.0}}},
         'data': {'rate': 100.0}}}}))
-    out = tmp_path / 'recorded'
-    log = tmp_path / 'record.log'
+    log = config_dir / f'{out.name}.log'
     with open(log, 'w') as f:
         recording = subprocess.Popen(
             [sys.executable, '-m', 'sysid_ros.cli', 'record', '--config', str(config),
              '--out', str(out)], env=env, cwd=repo, stdout=f, stderr=f)
+    deadline = time.monotonic() + START_TIMEOUT
+    while 'recording /joint_states' not in log.read_text():
+        if recording.poll() is not None or time.monotonic() > deadline:
+            recording.kill()
+            pytest.fail(log.read_text())
+        time.sleep(0.2)
+    return recording, log
+
+
+def _stop_recording(recording, log) -> str:
+    """SIGINT, as Ctrl-C; returns the log once the bag is closed."""
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while 'recording /joint_states' not in log.read_text():
-            assert recording.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
-        player = start_node('sysid_ros.ros.bag_player', '-p', f'bag:={path}', '-p', 'rate:=0.0',
-                            '-p', 'wait_for_subscribers:=1', '-p', 'start_delay:=1.0')
-        assert player.wait(START_TIMEOUT) == 0, player.output()
-        time.sleep(1.0)
-        recording.send_signal(2)                # SIGINT, as Ctrl-C
+        recording.send_signal(2)
         assert recording.wait(30) == 0, log.read_text()
     finally:
         if recording.poll() is None:
             recording.kill()
-    assert f'{out}: /joint_states {NUM}' in log.read_text()
+    return log.read_text()
+
+
+def _recorded_qos(path) -> list:
+    """The offered QoS profiles of /joint_states in a bag's metadata."""
+    from rosbags.highlevel import AnyReader
+
+    with AnyReader([pathlib.Path(path)]) as reader:
+        return [profile for conn in reader.connections if conn.topic == '/joint_states'
+                for profile in conn.ext.offered_qos_profiles]
+
+
+def test_record_what_the_player_plays(start_node, tmp_path, bag):
+    """`sysid record` (SIGINT ends it) keeps every played message and the QoS the player
+    offered (reliable: the generated bag records none); the bag reads back."""
+    import time
+
+    from sysid_ros.io.config import DataConfig
+
+    path, traj = bag
+    out = tmp_path / 'recorded'
+    recording, log = _start_recording(tmp_path, out)
+    try:
+        player = start_node('sysid_ros.ros.bag_player', '-p', f'bag:={path}', '-p', 'rate:=0.0',
+                            '-p', 'wait_for_subscribers:=1', '-p', 'start_delay:=1.0')
+        assert player.wait(START_TIMEOUT) == 0, player.output()
+        time.sleep(1.0)
+    finally:
+        text = _stop_recording(recording, log)
+    assert f'{out}: /joint_states {NUM}' in text
     read = bags.read_bag(out, ('j1', 'j2'), DataConfig(rate=100.0))
     assert len(read) == 1
     np.testing.assert_allclose(read[0].trajectory.t, traj.t, atol=1e-9)
     np.testing.assert_allclose(read[0].trajectory.q, traj.q, atol=1e-12)
+    [offered] = _recorded_qos(out)
+    assert (offered.reliability.name, offered.durability.name) == ('RELIABLE', 'VOLATILE')
+
+
+def test_best_effort_is_recorded_and_replayed_as_best_effort(start_node, ros, tmp_path):
+    """A sensor-data (best-effort) publisher is recorded, its QoS goes into the bag's
+    metadata, and the player offers that QoS again."""
+    out = tmp_path / 'best_effort'
+    recording, log = _start_recording(tmp_path, out)
+    publisher = ros.node.create_publisher(JointState, '/joint_states', qos_profile_sensor_data)
+    try:
+        assert ros.spin_until(lambda: publisher.get_subscription_count() >= 1, START_TIMEOUT)
+        for k in range(20):
+            publisher.publish(messages.arrays_to_joint_state(10.0 + 0.01 * k, ['j1', 'j2'],
+                                                             [0.0, 0.1], [0.0, 0.0]))
+            ros.spin_for(0.01)
+        ros.spin_for(0.5)
+    finally:
+        ros.node.destroy_publisher(publisher)
+        text = _stop_recording(recording, log)
+    assert f'{out}: /joint_states 20' in text
+    [offered] = _recorded_qos(out)
+    assert (offered.reliability.name, offered.durability.name) == ('BEST_EFFORT', 'VOLATILE')
+
+    player = start_node('sysid_ros.ros.bag_player', '-p', f'bag:={out}', '-p', 'rate:=1.0',
+                        '-p', 'start_delay:=30.0')
+
+    def players():
+        return [info for info in ros.node.get_publishers_info_by_topic('/joint_states')
+                if info.node_name == 'bag_player']
+
+    assert ros.spin_until(players, START_TIMEOUT), player.output()
+    assert players()[0].qos_profile.reliability == ReliabilityPolicy.BEST_EFFORT
+    player.kill()
