@@ -3,7 +3,7 @@
   (a) Ingestion: a 7-DOF Panda (`config/panda.yaml`) published at 1 kHz to an estimator
       that has compiled. Its windows are longer than the measurement, so it only buffers: joint_states published
       (the `sim_robot` summary) vs received and rejected by the estimator (its
-      `~/diagnostics`), and the estimator's CPU use while ingesting (from /proc, in % of one
+      `/diagnostics`), and the estimator's CPU use while ingesting (from /proc, in % of one
       core): its main thread, which runs the callbacks (beside it: the same with no data,
       and the whole process).
   (b) Inference: the double pendulum of `config/double_pendulum_live.yaml` with 64 particles
@@ -67,13 +67,13 @@ def _cpu_seconds(pid: int, thread: int | None = None) -> float:
 
 
 class Diagnostics(ProbeNode):
-    """Subscribes to the estimator's `~/diagnostics`; `latest` maps status name -> values."""
+    """Subscribes to `/diagnostics`; `latest` maps status name -> values."""
 
     def __init__(self):
         super().__init__('sysid_bench_live')
         self.latest: dict[str, dict[str, str]] = {}
         self.windows: dict[str, tuple[float, float]] = {}   # window_end -> (time, lag)
-        self.node.create_subscription(DiagnosticArray, '/estimator/diagnostics',
+        self.node.create_subscription(DiagnosticArray, '/diagnostics',
                                       self._on_diagnostics, 10)
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:

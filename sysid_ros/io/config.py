@@ -547,7 +547,7 @@ class OnlineConfig:
         `parameters` (`link2: {mass: payload_mass}`).
       push_rate: most pushes per second [Hz].
       silent_warn: a subscribed topic silent this long turns its diagnostics WARN [s, wall].
-      silent_stale: ... and this long STALE [s, wall].
+      silent_stale: a subscribed topic silent this long turns its diagnostics STALE [s, wall].
       diagnostics_rate: diagnostics publish rate [Hz].
     """
 

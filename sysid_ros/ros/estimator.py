@@ -3,7 +3,7 @@
     ros2 run sysid_ros estimator --ros-args --params-file config/double_pendulum_live.yaml
     python -m sysid_ros.ros.estimator --ros-args -p config:=config/double_pendulum_live.yaml
 
-Parameters (read once, at start):
+Parameters (read once, at start, so all declared read-only):
   * the configuration contract (`model.*`, `parameters.*`, `data.*`, `estimator.*`,
     `online.*`; see ARCHITECTURE.md and `io.config.OnlineConfig`) from a params file, and/or
   * `config` (string): a problem YAML file; keys given as ROS parameters override it;
@@ -11,11 +11,19 @@ Parameters (read once, at start):
   * `robot_description_topic` (string, ''): without `robot_description`, wait at start for
     the URDF on this std_msgs/String topic (transient local, as `robot_state_publisher`
     publishes `/robot_description`) for at most `robot_description_timeout` (float, 30 s);
-  * `verify_samples` (int, 8): random states of the Pinocchio check (0: skip it).
-A bad configuration prints one message naming the file and key and exits with status 2; a
-model whose JAX dynamics disagree with Pinocchio (`io.verify`) is refused (status 3).
+  * `verify_samples` (int, 8): random states of the Pinocchio check (0: skip it);
+  * `qos_overrides.<topic>.subscription.<policy>` (see Subscriptions).
+Every key of the configuration in use is declared (`ros.params`) with its value, type,
+description (from `io.config`) and range, so `ros2 param get/describe` show what the node
+runs with; `ros2 param set` is refused ('read-only', or 'undeclared' for an unknown name).
+A bad configuration, or a parameter given that the node does not have (a typo), prints one
+message naming the file and key and exits with status 2; a model whose JAX dynamics
+disagree with Pinocchio (`io.verify`) is refused (status 3).
 
-Subscriptions (names as configured, remappable): `data.joint_states_topic`
+Subscriptions (names as configured, remappable; QoS `ros.qos.SENSOR_INPUT`: best effort, so
+that both sensor-data and reliable publishers are received, volatile, depth 1000, each policy
+overridable as `qos_overrides.<topic>.subscription.{reliability,durability,depth,history}`):
+`data.joint_states_topic`
 (sensor_msgs/JointState: positions, velocities and, with `torque_source:
 joint_states.effort`, efforts; joints matched by name); `data.torque_source` when it names a
 topic (std_msgs/Float64MultiArray in model joint order, stamped on receipt by the node clock);
@@ -34,8 +42,10 @@ Publications (under the node's namespace):
   * `~/measured`, `~/predicted` (Float64MultiArray): the last window, (T, 1 + 2 nv)
     row-major; dim[0] = ('samples', T, ...), dim[1] = ('t,q.<joint>...,qd.<joint>...', ...);
     the prediction simulates the posterior mean from the window's first measured state.
-  * `~/diagnostics` (diagnostic_msgs/DiagnosticArray) at `online.diagnostics_rate` of wall
-    time (also on sim time, where a finished replay stops the clock): one status
+  * `/diagnostics` (diagnostic_msgs/DiagnosticArray, where `diagnostic_aggregator` and
+    `rqt_robot_monitor` listen) at `online.diagnostics_rate` of wall time (also on sim time,
+    where a finished replay stops the clock), in diagnostic_updater's form: each status named
+    '<node name>: <task>', its hardware_id the model's name. One status
     per input topic (received, rate, seconds silent in wall time: WARN after
     `online.silent_warn`, STALE after `online.silent_stale`), one for the window buffer
     (fill, rejected messages by reason, ignored joint names, time jumps, dropped windows) and
@@ -75,7 +85,6 @@ import rclpy
 from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.task import Future
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension, String
@@ -85,7 +94,7 @@ from sysid_ros.io import config as config_io
 from sysid_ros.io import model_io, online, pipeline, verify
 from sysid_ros.io.errors import InputError
 from sysid_ros.io.window_buffer import WindowBuffer
-from sysid_ros.ros import messages
+from sysid_ros.ros import messages, params, qos
 
 __all__ = ['EXIT_BAD_CONFIG', 'EXIT_MISMATCH', 'ModelMismatch', 'EstimatorNode', 'matrix_message',
            'main']
@@ -94,6 +103,16 @@ EXIT_BAD_CONFIG = 2
 EXIT_MISMATCH = 3
 # Worker wake-up period while waiting for a window [s].
 _POLL = 0.1
+# The node's own parameters (params.node_parameters): name, default, description, minimum.
+_NODE_PARAMETERS = (
+    ('config', '', 'problem YAML file; configuration keys given as parameters override it',
+     None),
+    ('robot_description', '', 'URDF XML that replaces model.urdf and model.builder', None),
+    ('robot_description_topic', '', 'without robot_description: wait at start for the URDF '
+     'latched on this std_msgs/String topic', None),
+    ('robot_description_timeout', 30.0, 'longest wait for robot_description_topic [s]', 0.0),
+    ('verify_samples', 8, 'random states of the check against Pinocchio (0: skip it)', 0),
+)
 
 
 class ModelMismatch(Exception):
@@ -116,11 +135,11 @@ class EstimatorNode(Node):
     """The live estimator node (see the module doc for parameters, topics and services)."""
 
     def __init__(self, **kwargs):
-        super().__init__('estimator', automatically_declare_parameters_from_overrides=True,
-                         allow_undeclared_parameters=True, **kwargs)
+        super().__init__('estimator', **kwargs)
+        self._settings = params.node_parameters(self, _NODE_PARAMETERS)
         self.problem = problem = pipeline.build_problem(self._read_config())
         cfg = problem.config
-        self._check_model(int(self._param('verify_samples', 8)))
+        params.declare(self, params.config_parameters(cfg))
         self.session = online.OnlineSession(problem)
         self._online = cfg.online
         data = cfg.data
@@ -130,28 +149,27 @@ class EstimatorNode(Node):
                                    torque_source='command' if from_command else 'effort',
                                    mocap_bodies=data.mocap_topics)
 
-        qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
         self._last_seen: dict[str, float | None] = {}
         self._counts: dict[str, int] = {}
         self._topics = [data.joint_states_topic]
-        self.create_subscription(JointState, data.joint_states_topic, self._on_joint_state, qos)
+        self._subscribe(JointState, data.joint_states_topic, self._on_joint_state)
         if from_command:
             self._topics.append(data.torque_source)
-            self.create_subscription(Float64MultiArray, data.torque_source, self._on_command,
-                                     qos)
+            self._subscribe(Float64MultiArray, data.torque_source, self._on_command)
         for topic in data.mocap_topics:
             self._topics.append(topic)
-            self.create_subscription(PoseStamped, topic,
-                                     lambda msg, body=topic: self._on_pose(body, msg), qos)
+            self._subscribe(PoseStamped, topic, lambda msg, body=topic: self._on_pose(body, msg))
         for topic in self._topics:
             self._last_seen[topic] = None
             self._counts[topic] = 0
+        params.check_given(self)            # every parameter given is now declared
+        self._check_model(self._settings['verify_samples'])
 
         self._estimate_pub = self.create_publisher(Float64MultiArray, '~/estimate', 10)
         self._particles_pub = self.create_publisher(Float64MultiArray, '~/particles', 10)
         self._measured_pub = self.create_publisher(Float64MultiArray, '~/measured', 10)
         self._predicted_pub = self.create_publisher(Float64MultiArray, '~/predicted', 10)
-        self._diag_pub = self.create_publisher(DiagnosticArray, '~/diagnostics', 10)
+        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.create_service(Trigger, '~/reset', self._on_reset)
         self.create_service(Trigger, '~/save', self._on_save)
         self._push = None
@@ -185,16 +203,16 @@ class EstimatorNode(Node):
     # Start-up
     # ------------------------------------------------------------------------------------------
 
-    def _param(self, name: str, default):
-        if self.has_parameter(name):
-            return self.get_parameter(name).value
-        return default
+    def _subscribe(self, msg_type, topic: str, callback) -> None:
+        """A measurement subscription: `qos.SENSOR_INPUT`, overridable by parameters."""
+        self.create_subscription(msg_type, topic, callback, qos.SENSOR_INPUT,
+                                 qos_overriding_options=qos.INPUT_OVERRIDES)
 
     def _read_config(self) -> config_io.Config:
         """The configuration from `config` and the params-file keys (those override)."""
-        flat = {f'{section}.{name}': p.value for section in config_io.SECTIONS
-                for name, p in self.get_parameters_by_prefix(section).items()}
-        path = self._param('config', '') or None
+        flat = {name: value for name, value in params.given(self).items()
+                if name.partition('.')[0] in config_io.SECTIONS}
+        path = self._settings['config'] or None
         if path is None and not flat:
             raise config_io.ConfigError('no configuration: give a params file with model and '
                                         'parameters sections, or -p config:=FILE')
@@ -204,11 +222,11 @@ class EstimatorNode(Node):
             config_io.deep_merge(from_file, tree)
             tree = from_file
         cfg = config_io.from_dict(tree, path)
-        description = self._param('robot_description', '')
-        topic = self._param('robot_description_topic', '')
+        description = self._settings['robot_description']
+        topic = self._settings['robot_description_topic']
         if not description and topic:
             description = self._wait_for_description(
-                topic, float(self._param('robot_description_timeout', 30.0)))
+                topic, self._settings['robot_description_timeout'])
         if description:
             cfg = dataclasses.replace(cfg, model=dataclasses.replace(
                 cfg.model, urdf=description, builder=None))
@@ -217,14 +235,11 @@ class EstimatorNode(Node):
     def _wait_for_description(self, topic: str, timeout: float) -> str:
         """The first URDF published on `topic` (latched), spinning this node for it."""
         received = Future()
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
-
         def on_description(msg: String) -> None:
             if not received.done():
                 received.set_result(msg.data)
 
-        sub = self.create_subscription(String, topic, on_description, latched)
+        sub = self.create_subscription(String, topic, on_description, qos.LATCHED)
         try:
             rclpy.spin_until_future_complete(self, received, timeout_sec=timeout)
         finally:
@@ -355,7 +370,7 @@ class EstimatorNode(Node):
     # ------------------------------------------------------------------------------------------
 
     def _status(self, name: str, level: int, message: str, values: dict) -> DiagnosticStatus:
-        return DiagnosticStatus(level=level, name=f'{self.get_fully_qualified_name()}: {name}',
+        return DiagnosticStatus(level=level, name=f'{self.get_name()}: {name}',
                                 message=message, hardware_id=self.problem.model.name,
                                 values=[KeyValue(key=k, value=str(v)) for k, v in values.items()])
 

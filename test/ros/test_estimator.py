@@ -18,7 +18,9 @@ import math
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 import numpy as np
 import pytest
-from rcl_interfaces.msg import ParameterDescriptor
+from rcl_interfaces.msg import Parameter, ParameterDescriptor, ParameterType, ParameterValue
+from rcl_interfaces.srv import (DescribeParameters, GetParameters, ListParameters,
+                                SetParameters)
 import rclpy
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
@@ -33,6 +35,8 @@ from sysid_ros.ros.estimate_client import EstimateClient
 CONFIG = 'config/double_pendulum_live.yaml'
 SIM_ARGS = ('-p', f'config:={CONFIG}', '-p', 'noise:=0.002', '-p', 'seed:=3',
             '-p', 'publish_rate:=200.0', '-p', 'payload_mass:=0.5')
+# The live loop's sim publishes as drivers with the sensor-data QoS do.
+BEST_EFFORT_SIM = ('-p', 'qos_overrides./joint_states.publisher.reliability:=best_effort')
 START_TIMEOUT = 300.0                           # [s] imports + compilation on a busy machine
 MASS_TOLERANCE = 0.1                            # [kg]
 CONVERGED_WINDOWS = 8                           # windows before the estimate is judged
@@ -57,8 +61,10 @@ OK, WARN, STALE = (_level(v) for v in (DiagnosticStatus.OK, DiagnosticStatus.WAR
                                        DiagnosticStatus.STALE))
 
 
-def _status(msg: DiagnosticArray, suffix: str) -> tuple[int, dict]:
-    status = next(s for s in msg.status if s.name.endswith(suffix))
+def _status(msg: DiagnosticArray, task: str) -> tuple[int, dict]:
+    """Level and values of the estimator's status `task` (diagnostic_updater's naming)."""
+    status = next(s for s in msg.status if s.name == f'estimator: {task}')
+    assert status.hardware_id == 'double_pendulum'
     return _level(status.level), {kv.key: kv.value for kv in status.values}
 
 
@@ -69,10 +75,17 @@ def bad_config_run(start_node):
 
 
 @pytest.fixture(scope='module')
-def live(start_node, ros, tmp_path_factory, bad_config_run):
+def typo_run(start_node):
+    """An estimator given a parameter it does not have (overlaps the others' start)."""
+    return start_node('sysid_ros.ros.estimator', '--params-file', CONFIG,
+                      '-p', 'verify_sample:=3')
+
+
+@pytest.fixture(scope='module')
+def live(start_node, ros, tmp_path_factory, bad_config_run, typo_run):
     """sim_robot + estimator running; what the test node received from them."""
     save = tmp_path_factory.mktemp('posterior') / 'live'
-    sim = start_node('sysid_ros.ros.sim_robot', *SIM_ARGS)
+    sim = start_node('sysid_ros.ros.sim_robot', *SIM_ARGS, *BEST_EFFORT_SIM)
     est = start_node('sysid_ros.ros.estimator', '--params-file', CONFIG,
                      '-p', f'online.save_path:={save}', '-p', 'online.push_node:=/dummy_ctrl',
                      '-p', f'online.push_parameters.link2.mass:={PUSHED}',
@@ -85,7 +98,7 @@ def live(start_node, ros, tmp_path_factory, bad_config_run):
                             callback=lambda e: got['estimates'].append(e))
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
-    subs = [ros.node.create_subscription(DiagnosticArray, '/estimator/diagnostics',
+    subs = [ros.node.create_subscription(DiagnosticArray, '/diagnostics',
                                          got['diagnostics'].append, 10),
             ros.node.create_subscription(DiagnosticArray, '/sim_robot/ground_truth',
                                          got['truth'].append, latched)]
@@ -104,6 +117,10 @@ def live(start_node, ros, tmp_path_factory, bad_config_run):
 
 def test_live_loop_converges_and_the_client_decodes_estimates(live, ros):
     got, client = live['got'], live['client']
+    # The sim's joint states come best effort; the estimator's default QoS receives them.
+    [sim] = [info for info in ros.node.get_publishers_info_by_topic('/joint_states')
+             if info.node_name == 'sim_robot']
+    assert sim.qos_profile.reliability == ReliabilityPolicy.BEST_EFFORT
     assert ros.spin_until(lambda: got['truth'], 10.0)
     truth = _truth(got['truth'][-1])
     estimate = client.latest()
@@ -116,6 +133,43 @@ def test_live_loop_converges_and_the_client_decodes_estimates(live, ros):
     for name, (mean, std) in estimate.items():
         assert math.isfinite(mean) and std >= 0.0
     assert client.received == len(got['estimates']) and client.malformed == 0
+
+
+def _parameter_value(name: str, value) -> Parameter:
+    """A double parameter message."""
+    return Parameter(name=name, value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE,
+                                                     double_value=value))
+
+
+def test_parameters_are_declared_described_and_read_only(live, ros):
+    """What `ros2 param list/get/describe/set` see through the parameter services."""
+    listed = ros.call(ListParameters, '/estimator/list_parameters',
+                      ListParameters.Request()).result.names
+    assert {'config', 'verify_samples', 'online.hop', 'parameters.link2.mass.min',
+            'online.push_parameters.link2.mass', 'model.builder_args.damping',
+            'qos_overrides./joint_states.subscription.reliability'} <= set(listed)
+    names = ['online.hop', 'online.push_node', 'parameters.link2.mass.max', 'model.joints']
+    values = ros.call(GetParameters, '/estimator/get_parameters',
+                      GetParameters.Request(names=names)).values
+    assert (values[0].double_value, values[1].string_value, values[2].double_value,
+            list(values[3].string_array_value)) == (1.0, '/dummy_ctrl', 2.0,
+                                                    ['joint1', 'joint2'])
+    hop, particles = ros.call(DescribeParameters, '/estimator/describe_parameters',
+                              DescribeParameters.Request(
+                                  names=['online.hop', 'estimator.particles'])).descriptors
+    assert hop.type == ParameterType.PARAMETER_DOUBLE and hop.read_only
+    assert hop.description == 'time between the starts of consecutive windows [s].'
+    assert hop.floating_point_range[0].from_value == 0.0 and '> 0' in hop.additional_constraints
+    assert particles.type == ParameterType.PARAMETER_INTEGER and particles.read_only
+    assert particles.integer_range[0].from_value == 1
+    results = ros.call(SetParameters, '/estimator/set_parameters', SetParameters.Request(
+        parameters=[_parameter_value('online.hop', 2.0),
+                    _parameter_value('online.hopp', 2.0)])).results
+    assert not results[0].successful and 'read-only' in results[0].reason
+    assert not results[1].successful and 'undeclared' in results[1].reason
+    [hop_now] = ros.call(GetParameters, '/estimator/get_parameters',
+                         GetParameters.Request(names=['online.hop'])).values
+    assert hop_now.double_value == 1.0
 
 
 def test_a_dummy_controller_receives_pushed_parameters(live, ros):
@@ -148,6 +202,7 @@ def test_diagnostics_report_rates_lag_and_ess(live, ros):
 
 def test_bad_joint_states_are_counted_without_stopping_the_estimates(live, ros):
     got = live['got']
+    # A reliable publisher (the sim's is best effort): the default QoS receives both.
     pub = ros.node.create_publisher(JointState, '/joint_states', 10)
     try:
         ros.spin_for(1.0)                        # discovery
@@ -237,6 +292,14 @@ def test_sigint_during_inference_leaves_a_readable_posterior(live, ros, start_no
     assert sim.interrupt(timeout=60.0) == 0, sim.output()
 
 
+def test_an_unknown_parameter_stops_the_node_with_one_clear_message(typo_run):
+    status = typo_run.wait(60.0)
+    out = typo_run.output()
+    assert status == 2, out
+    assert 'estimator: error: parameter verify_sample: unknown to node estimator' in out
+    assert 'Traceback' not in out
+
+
 def test_a_bad_config_stops_the_node_with_one_clear_message(bad_config_run):
     status = bad_config_run.wait(60.0)
     out = bad_config_run.output()
@@ -249,7 +312,8 @@ def test_a_bad_config_stops_the_node_with_one_clear_message(bad_config_run):
 
 def test_the_model_can_come_from_the_robot_description_topic(ros, start_node, tmp_path):
     """A URDF latched on a topic (as robot_state_publisher does) becomes the model, is checked
-    against Pinocchio, and a topic that stays empty stops the node with one message."""
+    against Pinocchio, and a topic that stays empty stops the node with one message; the
+    joint-state subscription's QoS follows its qos_overrides parameters."""
     problem = pipeline.build_problem(CONFIG)
     urdf = urdf_export.model_to_urdf(problem.model, problem.base_params)
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
@@ -260,7 +324,10 @@ def test_the_model_can_come_from_the_robot_description_topic(ros, start_node, tm
         est = start_node('sysid_ros.ros.estimator', '-p', f'config:={CONFIG}',
                          '-p', 'robot_description_topic:=/sysid_test/robot_description',
                          '-p', 'verify_samples:=4',
-                         '-p', f'online.save_path:={tmp_path / "posterior"}')
+                         '-p', f'online.save_path:={tmp_path / "posterior"}',
+                         '-p', 'qos_overrides./joint_states.subscription.reliability:=reliable',
+                         '-p', 'qos_overrides./joint_states.subscription.durability:='
+                         'transient_local')
         silent = start_node('sysid_ros.ros.estimator', '-p', f'config:={CONFIG}',
                             '-p', 'robot_description_topic:=/sysid_test/nothing_here',
                             '-p', 'robot_description_timeout:=2.0')
@@ -269,6 +336,14 @@ def test_the_model_can_come_from_the_robot_description_topic(ros, start_node, tm
         out = est.output()
         assert started and est.running(), out
         assert f'robot model from /sysid_test/robot_description ({len(urdf)} bytes)' in out
+        def subscriptions():
+            return [info for info in ros.node.get_subscriptions_info_by_topic('/joint_states')
+                    if info.node_name == 'estimator']
+
+        assert ros.spin_until(subscriptions, 10.0)
+        [sub] = subscriptions()
+        assert sub.qos_profile.reliability == ReliabilityPolicy.RELIABLE
+        assert sub.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
         est.kill()
         assert silent.wait(120.0) == 2, silent.output()
         assert ('estimator: error: robot_description_topic: no URDF on /sysid_test/nothing_here '

@@ -35,7 +35,7 @@ def test_a_replayed_bag_runs_on_sim_time_and_a_restart_clears_the_window(
     bags.write_trajectory_bag(bag, [traj])
     estimates, diagnostics = [], []
     client = EstimateClient(ros.node, '/estimator/estimate', callback=estimates.append)
-    sub = ros.node.create_subscription(DiagnosticArray, '/estimator/diagnostics',
+    sub = ros.node.create_subscription(DiagnosticArray, '/diagnostics',
                                        diagnostics.append, 10)
     try:
         est = start_node('sysid_ros.ros.estimator', '--params-file', CONFIG,
