@@ -29,7 +29,11 @@ def generate_launch_description():
         Node(
             package=PACKAGE, executable='sim_robot', name='sim_robot', output='screen',
             parameters=[{'config': config}]),
+        DeclareLaunchArgument(
+            'namespace', default_value='sysid',
+            description='Namespace of the estimator and its topics.'),
         Node(
-            package=PACKAGE, executable='estimator', name='estimator', output='screen',
+            package=PACKAGE, executable='estimator', name='estimator',
+            namespace=LaunchConfiguration('namespace'), output='screen',
             parameters=[config, {'config': config}]),
     ])

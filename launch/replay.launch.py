@@ -34,7 +34,11 @@ def generate_launch_description():
             package=PACKAGE, executable='bag_player', name='bag_player', output='screen',
             parameters=[{'bag': LaunchConfiguration('bag'),
                          'rate': LaunchConfiguration('rate')}]),
+        DeclareLaunchArgument(
+            'namespace', default_value='sysid',
+            description='Namespace of the estimator and its topics.'),
         Node(
-            package=PACKAGE, executable='estimator', name='estimator', output='screen',
+            package=PACKAGE, executable='estimator', name='estimator',
+            namespace=LaunchConfiguration('namespace'), output='screen',
             parameters=[config, {'config': config, 'use_sim_time': True}]),
     ])

@@ -1,7 +1,10 @@
 """Identify parameters offline: run `sysid fit` on a recorded bag.
 
-    ros2 launch sysid_ros sysid_fit.launch.py data:=/path/to/bag out:=/tmp/sysid_out
-    ros2 launch sysid_ros sysid_fit.launch.py config:=/path/to/problem.yaml data:=...
+    ros2 launch sysid_ros sysid_fit.launch.py bag:=/path/to/bag out:=/tmp/sysid_out
+    ros2 launch sysid_ros sysid_fit.launch.py config:=/path/to/problem.yaml bag:=...
+
+The recording goes to `sysid fit --bag` (rosbag2 folder, sqlite3 or mcap, or a ROS 1 .bag),
+which cuts it into trajectories as the configuration's `data` section says.
 """
 
 import os
@@ -27,8 +30,8 @@ def generate_launch_description():
             'config', default_value=default_config,
             description='Problem configuration (YAML; also a ROS 2 parameters file).'),
         DeclareLaunchArgument(
-            'data',
-            description='Recorded data to identify from: a rosbag2 directory or a bag file.'),
+            'bag',
+            description='Recording to identify from: a rosbag2 directory or a ROS 1 bag file.'),
         DeclareLaunchArgument(
             'out', default_value='out',
             description='Directory for the posterior, plots and the updated URDF.'),
@@ -38,7 +41,7 @@ def generate_launch_description():
         cmd=[
             sysid_executable, 'fit',
             '--config', LaunchConfiguration('config'),
-            '--data', LaunchConfiguration('data'),
+            '--bag', LaunchConfiguration('bag'),
             '--out', LaunchConfiguration('out'),
         ],
         output='screen',

@@ -11,10 +11,10 @@ import pytest
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 LAUNCH_FILES = sorted((REPO_ROOT / 'launch').glob('*.launch.py'))
 EXPECTED_ARGUMENTS = {
-    'sysid_fit.launch.py': {'config', 'data', 'out'},
+    'sysid_fit.launch.py': {'config', 'bag', 'out'},
     'sysid.launch.py': {'config', 'namespace', 'use_sim_time'},
-    'demo.launch.py': {'config'},
-    'replay.launch.py': {'bag', 'config'},
+    'demo.launch.py': {'config', 'namespace'},
+    'replay.launch.py': {'bag', 'config', 'namespace'},
 }
 
 
@@ -136,3 +136,40 @@ def test_fit_launch_passes_options_the_cli_accepts():
     passed = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
               and isinstance(node.value, str) and node.value.startswith('--')}
     assert passed and passed <= options, f'unknown `sysid fit` options: {passed - options}'
+
+
+def test_fit_launch_passes_the_bag_argument_as_a_bag():
+    """`bag:=PATH` reaches `sysid fit --bag PATH` (not --data, which takes .npz/.csv files)."""
+    tree = _launch_tree(REPO_ROOT / 'launch' / 'sysid_fit.launch.py')
+    [command] = [keyword.value for call in _calls(tree, 'ExecuteProcess')
+                 for keyword in call.keywords if keyword.arg == 'cmd']
+    pairs = {option.value: _constants(value)
+             for option, value in zip(command.elts, command.elts[1:])
+             if isinstance(option, ast.Constant) and str(option.value).startswith('--')}
+    assert pairs['--bag'] == ['bag'] and '--data' not in pairs
+
+
+def _estimator_namespaces(tree):
+    """Default namespace of each estimator Node of a launch file (None: no namespace)."""
+    defaults = {_constants(call)[0]: keyword.value.value
+                for call in _calls(tree, 'DeclareLaunchArgument')
+                for keyword in call.keywords if keyword.arg == 'default_value'
+                and isinstance(keyword.value, ast.Constant)}
+    namespaces = []
+    for call in _calls(tree, 'Node'):
+        keywords = {keyword.arg: keyword.value for keyword in call.keywords}
+        if getattr(keywords.get('executable'), 'value', None) != 'estimator':
+            continue
+        namespace = keywords.get('namespace')
+        namespaces.append(None if namespace is None else defaults[_constants(namespace)[0]])
+    return namespaces
+
+
+def test_the_estimate_client_default_topic_is_the_launched_estimators():
+    pytest.importorskip('rclpy')
+    from sysid_ros.ros import estimate_client
+
+    namespaces = [ns for path in LAUNCH_FILES
+                  for ns in _estimator_namespaces(_launch_tree(path))]
+    assert namespaces and set(namespaces) == {'sysid'}
+    assert estimate_client.DEFAULT_TOPIC == '/sysid/estimator/estimate'

@@ -54,6 +54,38 @@ def test_manifest_is_format_3_ament_python_with_required_depends():
     assert REQUIRED_TEST_DEPENDS <= test_depends, REQUIRED_TEST_DEPENDS - test_depends
 
 
+# Modules the code imports -> their rosdep keys, where these differ; and the modules that
+# come from PyPI only (no rosdep key; package.xml names them in a comment).
+ROSDEP_KEYS = {'numpy': 'python3-numpy', 'scipy': 'python3-scipy', 'yaml': 'python3-yaml',
+               'matplotlib': 'python3-matplotlib'}
+PYPI_ONLY = {'jax', 'optax', 'blackjax', 'emcee', 'rosbags', 'gtsam'}
+
+
+def _imported_modules() -> set[str]:
+    """Top-level modules that the package and its launch files import (not the standard
+    library, not the package itself)."""
+    paths = list((REPO_ROOT / PACKAGE).rglob('*.py')) + list((REPO_ROOT / 'launch').glob('*.py'))
+    modules = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules |= {alias.name.split('.')[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                modules.add(node.module.split('.')[0])
+    return {m for m in modules if m not in sys.stdlib_module_names and m != PACKAGE}
+
+
+def test_manifest_declares_everything_the_code_imports():
+    exec_depends = {e.text for e in _manifest().findall('exec_depend')}
+    comments = (REPO_ROOT / 'package.xml').read_text()
+    imported = _imported_modules()
+    assert imported >= {'rclpy', 'rosgraph_msgs', 'builtin_interfaces'}
+    missing = {ROSDEP_KEYS.get(m, m) for m in imported - PYPI_ONLY} - exec_depends
+    assert not missing, f'package.xml lacks exec_depends {sorted(missing)}'
+    unnamed = [m for m in imported & PYPI_ONLY if m not in comments]
+    assert not unnamed, f'package.xml does not name the PyPI modules {unnamed}'
+
+
 def test_setup_py_agrees_with_manifest():
     keywords = _setup_keywords()
     assert ast.literal_eval(keywords['version']) == _manifest().findtext('version')
@@ -135,3 +167,35 @@ def test_colcon_build_installs_package(tmp_path):
     script = prefix / 'lib' / PACKAGE / 'sysid'
     assert script.is_file() and os.access(script, os.X_OK)
     assert list(prefix.glob(f'lib/python3*/site-packages/{PACKAGE}/core/__init__.py'))
+
+
+def _ament_prefix(root: pathlib.Path, package: str) -> pathlib.Path:
+    """An install prefix whose ament index holds `package`; returns its share folder."""
+    marker = root / 'share' / 'ament_index' / 'resource_index' / 'packages' / package
+    marker.parent.mkdir(parents=True)
+    marker.touch()
+    share = root / 'share' / package
+    share.mkdir()
+    return share
+
+
+def test_model_urdf_package_uri_resolves_through_the_ament_index(tmp_path, monkeypatch):
+    pytest.importorskip('ament_index_python')
+    from sysid_ros.io import config as config_io
+
+    share = _ament_prefix(tmp_path / 'install', 'fake_description')
+    (share / 'urdf').mkdir()
+    urdf = share / 'urdf' / 'arm.urdf'
+    urdf.write_text('<robot name="arm"/>')
+    monkeypatch.setenv('AMENT_PREFIX_PATH', str(tmp_path / 'install'))
+
+    def model(uri):
+        return config_io.ModelConfig.from_dict({'urdf': uri}, 'problem.yaml')
+
+    assert model('package://fake_description/urdf/arm.urdf').urdf == str(urdf)
+    with pytest.raises(config_io.ConfigError, match=r'problem.yaml: model.urdf: expected an '
+                       r'existing URDF file, got .package://fake_description/urdf/no.urdf.'):
+        model('package://fake_description/urdf/no.urdf')
+    with pytest.raises(config_io.ConfigError, match=r'problem.yaml: model.urdf: expected a '
+                       r'package:// URI of an installed ROS 2 package, got .package://nowhere/'):
+        model('package://nowhere/arm.urdf')

@@ -88,7 +88,8 @@ _UNUSED_BY_ACTUATOR = {
     'coulomb_viscous': ('stribeck.torque', 'stribeck.velocity'),
 }
 _BOUND_KEYS = ('min', 'max', 'init')
-_URI = re.compile(r'^[A-Za-z][A-Za-z0-9+.\-]*:')          # example-robot-data:panda, package://
+_URI = re.compile(r'^[A-Za-z][A-Za-z0-9+.\-]*:')          # example-robot-data:panda
+_PACKAGE_URI = 'package://'
 _ROS_NAME = re.compile(r'^(~/?|/)?[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$')
 _SCIENTIFIC = re.compile(r'^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$')  # '1e-3': a str in YAML 1.1
 
@@ -314,7 +315,14 @@ def _payload(d: Mapping[str, Any], path: str | None) -> dict[str, Any]:
 
 
 def _resolve_urdf(urdf: str, path: str | None) -> str:
-    """Resolve a URDF file path against the config's folder; keep XML and `scheme:` refs."""
+    """Resolve a URDF file path against the config's folder and `package://PKG/FILE` in PKG's
+    share folder; keep XML and other `scheme:` refs."""
+    if urdf.startswith(_PACKAGE_URI):
+        resolved = _package_file(urdf, path)
+        if not os.path.isfile(resolved):
+            raise _error(path, 'model.urdf', f'expected an existing URDF file, got {urdf!r} '
+                         f'(looked for {resolved})')
+        return resolved
     if urdf.lstrip().startswith('<') or _URI.match(urdf):
         return urdf
     resolved = os.path.expanduser(urdf)
@@ -325,6 +333,22 @@ def _resolve_urdf(urdf: str, path: str | None) -> str:
         raise _error(path, 'model.urdf', f'expected an existing URDF file, got {urdf!r} '
                      f'(looked for {resolved})')
     return resolved
+
+
+def _package_file(uri: str, path: str | None) -> str:
+    """`package://PKG/FILE` -> FILE in the share folder of the ROS 2 package PKG, looked up in
+    the ament index (AMENT_PREFIX_PATH) as ROS 2 tools resolve such URIs."""
+    package, _, relative = uri[len(_PACKAGE_URI):].partition('/')
+    try:
+        from ament_index_python.packages import get_package_share_directory
+    except ImportError as exc:
+        raise _error(path, 'model.urdf', f'{uri!r} needs ament_index_python (a ROS 2 install '
+                     'or the ros-ament-index-python wheel)') from exc
+    try:
+        return os.path.join(get_package_share_directory(package), relative)
+    except (LookupError, ValueError, OSError) as exc:       # OSError: no AMENT_PREFIX_PATH
+        raise _error(path, 'model.urdf', f'expected a package:// URI of an installed ROS 2 '
+                     f'package, got {uri!r} ({exc})') from exc
 
 
 def _check_factory(kind: str, builder: str, args: Mapping[str, Any], path: str | None) -> None:

@@ -1,6 +1,6 @@
 """Decode the `estimator` node's `~/estimate` messages for controllers written in Python.
 
-    client = EstimateClient(node, '/estimator/estimate', callback=print)
+    client = EstimateClient(node, callback=print)     # DEFAULT_TOPIC, as the launch files run it
     ...
     client.latest()   # {'link2.mass': (mean, std), ...} or None before the first estimate
 
@@ -17,7 +17,11 @@ from typing import Callable
 from rclpy.node import Node
 from std_msgs.msg import Float64MultiArray
 
-__all__ = ['EstimateFormatError', 'decode_estimate', 'EstimateClient']
+__all__ = ['DEFAULT_TOPIC', 'EstimateFormatError', 'decode_estimate', 'EstimateClient']
+
+# The estimate topic of the estimator as the launch files and `sysid demo` start it (node
+# `estimator` in namespace `sysid`).
+DEFAULT_TOPIC = '/sysid/estimator/estimate'
 
 
 class EstimateFormatError(ValueError):
@@ -48,12 +52,12 @@ class EstimateClient:
 
     Args:
       node: the node that owns the subscription (spun by the caller).
-      topic: the estimator's estimate topic, e.g. '/estimator/estimate'.
+      topic: the estimator's estimate topic.
       callback: called with each decoded {name: (mean, std)} (in the executor's thread).
       qos: subscription depth.
     """
 
-    def __init__(self, node: Node, topic: str = '/estimator/estimate',
+    def __init__(self, node: Node, topic: str = DEFAULT_TOPIC,
                  callback: Callable[[dict], None] | None = None, qos: int = 10):
         self._lock = threading.Lock()
         self._latest: dict[str, tuple[float, float]] | None = None

@@ -4,7 +4,7 @@
     sysid demo --duration 120 --config my_problem.yaml
 
 Starts both nodes (their logs go to OUT/sim_robot.log and OUT/estimator.log), reads the hidden
-truth from `/sim_robot/ground_truth`, follows `/estimator/estimate` through
+truth from `/sim_robot/ground_truth`, follows `/sysid/estimator/estimate` through
 `ros.estimate_client`, and once `duration` seconds of estimates have come in stops both nodes
 (SIGINT: the estimator writes its posterior to OUT/posterior.npz + .yaml) and prints true vs
 estimated parameters (mean and standard deviation) with the convergence time.
@@ -35,6 +35,7 @@ EXIT_INTERRUPTED = 130
 
 SIM_NODE = 'sim_robot'
 ESTIMATOR_NODE = 'estimator'
+ESTIMATOR_NAMESPACE = '/sysid'                  # as the launch files run it
 
 __all__ = ['DemoSettings', 'Convergence', 'convergence', 'run', 'EXIT_CONVERGED',
            'EXIT_NOT_CONVERGED', 'EXIT_NODE_FAILED', 'EXIT_INTERRUPTED']
@@ -145,7 +146,8 @@ def run(settings: DemoSettings, names: Sequence[str],
         '-r', f'__node:={SIM_NODE}', '-p', f'config:={config}', '-p', f'seed:={settings.seed}'],
         out_dir / f'{SIM_NODE}.log')
     estimator = NodeProcess('sysid_ros.ros.estimator', [
-        '-r', f'__node:={ESTIMATOR_NODE}', '--params-file', config, '-p', f'config:={config}',
+        '-r', f'__node:={ESTIMATOR_NODE}', '-r', f'__ns:={ESTIMATOR_NAMESPACE}',
+        '--params-file', config, '-p', f'config:={config}',
         '-p', f'online.save_path:={out_dir / "posterior"}'], out_dir / f'{ESTIMATOR_NODE}.log')
     print(f'sysid demo: sim_robot (pid {sim.proc.pid}) and estimator (pid '
           f'{estimator.proc.pid}) started on {config}; logs in {out_dir}', file=out, flush=True)
@@ -170,7 +172,7 @@ def run(settings: DemoSettings, names: Sequence[str],
 
     latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
     node.create_subscription(DiagnosticArray, f'/{SIM_NODE}/ground_truth', on_truth, latched)
-    EstimateClient(node, f'/{ESTIMATOR_NODE}/estimate', callback=on_estimate)
+    EstimateClient(node, callback=on_estimate)
 
     status = EXIT_CONVERGED
     last_report = 0.0
