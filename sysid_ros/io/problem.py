@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import jax.numpy as jnp
 import numpy as np
 
 from sysid_ros.core.constrained import mechanisms
 from sysid_ros.core.model import builders
-from sysid_ros.core.model.parameters import ParameterSpec, Payload
+from sysid_ros.core.model.inertia import physical_from_inertial
+from sysid_ros.core.model.parameters import (PAYLOAD, PAYLOAD_ATTRIBUTES, ParameterSpec,
+                                             Payload, split_name)
 from sysid_ros.core.model.types import Params, RobotModel
 from sysid_ros.io import config as config_io
 from sysid_ros.io import model_io
@@ -43,6 +45,8 @@ __all__ = [
     'build_problem',
     'prepare_trajectories',
     'identified_urdf',
+    'BodyInertia',
+    'identified_inertias',
 ]
 
 
@@ -244,6 +248,46 @@ def identified_urdf(problem: Problem, theta) -> str | None:
             source = f.read()
     return urdf_export.update_urdf(source, problem.model, problem.base_params, params)
 
+
+
+class BodyInertia(NamedTuple):
+    """The inertial parameters of one identified body, as robots' payload interfaces take them
+    (franka_msgs SetLoad, geometry_msgs/Inertia).
+
+    Attributes:
+      name: the link, or `payload` (the configured `model.payload`).
+      frame: the frame `com` is expressed in: the link's, or the payload's frame.
+      mass: [kg].
+      com: (3,) centre of mass [m].
+      inertia: (3, 3) inertia about the centre of mass, in `frame`'s axes [kg m^2] (zero for
+        the payload, a point mass).
+    """
+
+    name: str
+    frame: str
+    mass: float
+    com: np.ndarray
+    inertia: np.ndarray
+
+
+def identified_inertias(problem: Problem, theta) -> list[BodyInertia]:
+    """The bodies whose parameters `problem` identifies, with the values `theta` (M,): each
+    link named by a parameter (its whole inertia, a held payload included), then the payload
+    alone where `payload.*` parameters are free."""
+    params = problem.spec.to_params(jnp.asarray(theta), problem.base_params)
+    mass, com, inertia_c = (np.asarray(a) for a in physical_from_inertial(params.inertial))
+    objects = dict.fromkeys(split_name(name)[0] for name in problem.names)
+    links = problem.model.link_names
+    out = [BodyInertia(link, link, float(mass[links.index(link)]), com[links.index(link)],
+                       inertia_c[links.index(link)]) for link in objects if link in links]
+    if PAYLOAD in objects:
+        payload = problem.spec.payload
+        values = dict(zip(PAYLOAD_ATTRIBUTES, payload.nominal))
+        values.update((split_name(name)[1], float(v)) for name, v in zip(problem.names, theta)
+                      if split_name(name)[0] == PAYLOAD)
+        out.append(BodyInertia(PAYLOAD, problem.config.model.payload['link'], values['mass'],
+                               np.array([values[f'com.{c}'] for c in 'xyz']), np.zeros((3, 3))))
+    return out
 
 
 def _build_mechanism_problem(config: Config) -> MechanismProblem:

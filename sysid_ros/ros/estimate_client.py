@@ -1,12 +1,12 @@
-"""Decode the `estimator` node's `~/estimate` messages for controllers written in Python.
+"""Read the `estimator` node's `~/estimate` in a controller written in Python.
 
     client = EstimateClient(node, callback=print)     # DEFAULT_TOPIC, as the launch files run it
     ...
     client.latest()   # {'link2.mass': (mean, std), ...} or None before the first estimate
 
-The message layout (std_msgs/Float64MultiArray, see `ros.estimator`): data = [means (M),
-stds (M)]; layout.dim[0].label = 'mean,std' (size 2), layout.dim[1].label = the parameter
-names joined by ',' (size M).
+The estimate is a sensor_msgs/JointState (see `ros.estimator`): `name` = the parameter names,
+`position` = the posterior means, `velocity` = the standard deviations. It is latched, and
+so is this subscription: a client that starts late receives the latest estimate at once.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ import threading
 from typing import Callable
 
 from rclpy.node import Node
-from std_msgs.msg import Float64MultiArray
+from sensor_msgs.msg import JointState
+
+from sysid_ros.ros import qos
 
 __all__ = ['DEFAULT_TOPIC', 'EstimateFormatError', 'decode_estimate', 'EstimateClient']
 
@@ -28,23 +30,19 @@ class EstimateFormatError(ValueError):
     """A message that is not an estimator estimate."""
 
 
-def decode_estimate(msg: Float64MultiArray) -> dict[str, tuple[float, float]]:
-    """Float64MultiArray estimate -> {name: (mean, std)} [physical units].
+def decode_estimate(msg: JointState) -> dict[str, tuple[float, float]]:
+    """JointState estimate -> {name: (mean, std)} [physical units].
 
     Raises:
-      EstimateFormatError: another layout or a data length that does not match it.
+      EstimateFormatError: positions or velocities that are not one per name.
     """
-    dims = msg.layout.dim
-    if len(dims) != 2 or dims[0].label != 'mean,std' or dims[0].size != 2:
-        raise EstimateFormatError(f'expected layout dims (mean,std: 2, names: M), got '
-                                  f'{[(d.label, d.size) for d in dims]}')
-    names = dims[1].label.split(',') if dims[1].label else []
-    data = list(msg.data)[msg.layout.data_offset:]
-    if len(names) != dims[1].size or len(data) != 2 * len(names):
-        raise EstimateFormatError(f'expected {len(names)} names and {2 * len(names)} values, '
-                                  f'got size {dims[1].size} and {len(data)} values')
-    m = len(names)
-    return {name: (float(data[i]), float(data[m + i])) for i, name in enumerate(names)}
+    names = list(msg.name)
+    if len(msg.position) != len(names) or len(msg.velocity) != len(names):
+        raise EstimateFormatError(f'expected a mean (position) and a std (velocity) per name, '
+                                  f'got {len(names)} names, {len(msg.position)} positions and '
+                                  f'{len(msg.velocity)} velocities')
+    return {name: (float(mean), float(std))
+            for name, mean, std in zip(names, msg.position, msg.velocity)}
 
 
 class EstimateClient:
@@ -54,20 +52,19 @@ class EstimateClient:
       node: the node that owns the subscription (spun by the caller).
       topic: the estimator's estimate topic.
       callback: called with each decoded {name: (mean, std)} (in the executor's thread).
-      qos: subscription depth.
     """
 
     def __init__(self, node: Node, topic: str = DEFAULT_TOPIC,
-                 callback: Callable[[dict], None] | None = None, qos: int = 10):
+                 callback: Callable[[dict], None] | None = None):
         self._lock = threading.Lock()
         self._latest: dict[str, tuple[float, float]] | None = None
         self._callback = callback
         self.received = 0
         self.malformed = 0
-        self.subscription = node.create_subscription(Float64MultiArray, topic,
-                                                     self._on_message, qos)
+        self.subscription = node.create_subscription(JointState, topic, self._on_message,
+                                                     qos.LATCHED)
 
-    def _on_message(self, msg: Float64MultiArray) -> None:
+    def _on_message(self, msg: JointState) -> None:
         try:
             estimate = decode_estimate(msg)
         except EstimateFormatError:

@@ -32,16 +32,24 @@ Callbacks only append to the `WindowBuffer`; one worker thread pops the newest w
 `online.hop`, runs `OnlineSession.update` (CSVGD by default, warm-started, see `io.online`) and
 publishes.
 
-Publications (under the node's namespace):
-  * `~/estimate` (std_msgs/Float64MultiArray): data = [mean_1..mean_M, std_1..std_M];
-    layout.dim[0] = (label 'mean,std', size 2, stride 2M), layout.dim[1] = (label: the
-    parameter names joined by ',', size M, stride M). `ros.estimate_client` decodes it; plot
-    e.g. `/estimator/estimate/data[1]`.
-  * `~/particles` (Float64MultiArray): (P, M) row-major; dim[0] = ('particles', P, P M),
-    dim[1] = (names joined by ',', M, M).
-  * `~/measured`, `~/predicted` (Float64MultiArray): the last window, (T, 1 + 2 nv)
-    row-major; dim[0] = ('samples', T, ...), dim[1] = ('t,q.<joint>...,qd.<joint>...', ...);
-    the prediction simulates the posterior mean from the window's first measured state.
+Publications (under the node's namespace), stamped in the data's time, all latched
+(`ros.qos.LATCHED`: reliable, transient local, depth 1) so that a controller or monitor
+started later receives the latest at once:
+  * `~/estimate` (sensor_msgs/JointState): `name` = the parameter names, `position` = the
+    posterior means, `velocity` = the posterior standard deviations [physical units]; plot
+    e.g. `/sysid/estimator/estimate/link2.mass/position`; `ros.estimate_client` decodes it;
+  * `~/inertia/<link>` (geometry_msgs/InertiaStamped, frame the link): per link that a
+    parameter names, its mass, centre of mass and inertia about the centre of mass with the
+    posterior means (`io.problem.identified_inertias`), as franka_msgs' SetLoad and the UR
+    driver's payload interface take them; `~/inertia/payload` for `model.payload`;
+  * `~/particles` (sensor_msgs/PointCloud2): one point per particle, one FLOAT64 field per
+    parameter name;
+  * `~/measured`, `~/predicted` (trajectory_msgs/JointTrajectory): the last window (positions
+    and velocities, stamped at its start); the prediction simulates the posterior mean from
+    the window's first measured state;
+  * `~/robot_description` (std_msgs/String): the URDF with the posterior means written in
+    (`io.problem.identified_urdf`).
+Diagnostics (not latched):
   * `/diagnostics` (diagnostic_msgs/DiagnosticArray, where `diagnostic_aggregator` and
     `rqt_robot_monitor` listen) at `online.diagnostics_rate` of wall time (also on sim time,
     where a finished replay stops the clock), in diagnostic_updater's form: each status named
@@ -76,7 +84,7 @@ import threading
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from geometry_msgs.msg import PoseStamped
+from geometry_msgs.msg import InertiaStamped, PoseStamped
 import jax
 import numpy as np
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
@@ -86,18 +94,19 @@ from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.task import Future
-from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray, MultiArrayDimension, String
+from sensor_msgs.msg import JointState, PointCloud2
+from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import Trigger
+from trajectory_msgs.msg import JointTrajectory
 
 from sysid_ros.io import config as config_io
 from sysid_ros.io import model_io, online, pipeline, verify
+from sysid_ros.io import problem as problem_io
 from sysid_ros.io.errors import InputError
 from sysid_ros.io.window_buffer import WindowBuffer
 from sysid_ros.ros import messages, params, qos
 
-__all__ = ['EXIT_BAD_CONFIG', 'EXIT_MISMATCH', 'ModelMismatch', 'EstimatorNode', 'matrix_message',
-           'main']
+__all__ = ['EXIT_BAD_CONFIG', 'EXIT_MISMATCH', 'ModelMismatch', 'EstimatorNode', 'main']
 
 EXIT_BAD_CONFIG = 2
 EXIT_MISMATCH = 3
@@ -117,18 +126,6 @@ _NODE_PARAMETERS = (
 
 class ModelMismatch(Exception):
     """The JAX model disagrees with Pinocchio on the URDF."""
-
-
-def matrix_message(values, row_label: str, columns) -> Float64MultiArray:
-    """(R, C) values -> Float64MultiArray, dim[0] (`row_label`, R), dim[1] (columns joined by
-    ',', C), row-major."""
-    values = np.asarray(values, dtype=float)
-    rows, cols = values.shape
-    msg = Float64MultiArray()
-    msg.layout.dim = [MultiArrayDimension(label=row_label, size=rows, stride=rows * cols),
-                      MultiArrayDimension(label=','.join(columns), size=cols, stride=cols)]
-    msg.data = values.ravel().tolist()
-    return msg
 
 
 class EstimatorNode(Node):
@@ -165,10 +162,15 @@ class EstimatorNode(Node):
         params.check_given(self)            # every parameter given is now declared
         self._check_model(self._settings['verify_samples'])
 
-        self._estimate_pub = self.create_publisher(Float64MultiArray, '~/estimate', 10)
-        self._particles_pub = self.create_publisher(Float64MultiArray, '~/particles', 10)
-        self._measured_pub = self.create_publisher(Float64MultiArray, '~/measured', 10)
-        self._predicted_pub = self.create_publisher(Float64MultiArray, '~/predicted', 10)
+        self._estimate_pub = self.create_publisher(JointState, '~/estimate', qos.LATCHED)
+        self._inertia_pubs = {
+            body.name: self.create_publisher(InertiaStamped, f'~/inertia/{body.name}',
+                                             qos.LATCHED)
+            for body in problem_io.identified_inertias(problem, self.session.estimate()[0])}
+        self._particles_pub = self.create_publisher(PointCloud2, '~/particles', qos.LATCHED)
+        self._measured_pub = self.create_publisher(JointTrajectory, '~/measured', qos.LATCHED)
+        self._predicted_pub = self.create_publisher(JointTrajectory, '~/predicted', qos.LATCHED)
+        self._urdf_pub = self.create_publisher(String, '~/robot_description', qos.LATCHED)
         self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.create_service(Trigger, '~/reset', self._on_reset)
         self.create_service(Trigger, '~/save', self._on_save)
@@ -332,18 +334,20 @@ class EstimatorNode(Node):
                 self.get_logger().error(f'estimator worker stopped: {exc!r}')
 
     def _publish(self, result: online.WindowResult, window, predicted) -> None:
-        names = self.problem.names
-        self._estimate_pub.publish(matrix_message(np.stack([result.mean, result.std]),
-                                                  'mean,std', names))
-        self._particles_pub.publish(matrix_message(self.session.particles, 'particles',
-                                                   names))
-        joints = self.problem.joint_names
-        columns = ['t'] + [f'q.{j}' for j in joints] + [f'qd.{j}' for j in joints]
-        t = np.asarray(window.t)[:, None]
-        self._measured_pub.publish(matrix_message(
-            np.hstack([t, window.q, window.qd]), 'samples', columns))
-        self._predicted_pub.publish(matrix_message(np.hstack([t, predicted]), 'samples',
-                                                   columns))
+        problem, t = self.problem, result.t_end
+        self._estimate_pub.publish(messages.arrays_to_joint_state(
+            t, problem.names, position=result.mean, velocity=result.std))
+        for body in problem_io.identified_inertias(problem, result.mean):
+            self._inertia_pubs[body.name].publish(messages.arrays_to_inertia(
+                t, body.frame, body.mass, body.com, body.inertia))
+        self._particles_pub.publish(messages.particles_to_cloud(t, problem.names,
+                                                                self.session.particles))
+        nv = len(problem.joint_names)
+        self._measured_pub.publish(messages.arrays_to_trajectory(
+            window.t, problem.joint_names, window.q, window.qd))
+        self._predicted_pub.publish(messages.arrays_to_trajectory(
+            window.t, problem.joint_names, predicted[:, :nv], predicted[:, nv:]))
+        self._urdf_pub.publish(String(data=problem_io.identified_urdf(problem, result.mean)))
         now = self.get_clock().now().nanoseconds * 1e-9
         with self._stats_lock:
             self._last = result

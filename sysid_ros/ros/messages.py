@@ -6,7 +6,12 @@
   * `std_msgs/Float64MultiArray` (what ros2_control's forward command controllers take)
     <-> (n,) torque commands;
   * `geometry_msgs/PoseStamped` <-> (t, frame_id, position (3,), quaternion (4,)), the
-    quaternion in ROS order [x, y, z, w].
+    quaternion in ROS order [x, y, z, w];
+  * (mass, com (3,), inertia about the com (3, 3)) -> `geometry_msgs/InertiaStamped`;
+  * named particles (P, M) <-> `sensor_msgs/PointCloud2`, one point per particle, one FLOAT64
+    field per name;
+  * (t (T,), names, q (T, n), qd (T, n)) <-> `trajectory_msgs/JointTrajectory` stamped at t[0],
+    each point at t - t[0].
 
 Readers never raise on bad values (NaN, wrong lengths): they return what the message holds and
 leave the checks to `sysid_ros.io.window_buffer.WindowBuffer`, which counts them.
@@ -17,11 +22,12 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Sequence
 
-from builtin_interfaces.msg import Time
-from geometry_msgs.msg import PoseStamped
+from builtin_interfaces.msg import Duration, Time
+from geometry_msgs.msg import InertiaStamped, PoseStamped
 import numpy as np
-from sensor_msgs.msg import JointState
+from sensor_msgs.msg import JointState, PointCloud2, PointField
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 __all__ = [
     'JointStateArrays',
@@ -35,6 +41,12 @@ __all__ = [
     'PoseArrays',
     'pose_to_arrays',
     'arrays_to_pose',
+    'arrays_to_inertia',
+    'particles_to_cloud',
+    'cloud_to_particles',
+    'TrajectoryArrays',
+    'arrays_to_trajectory',
+    'trajectory_to_arrays',
 ]
 
 _NS = 1_000_000_000
@@ -65,6 +77,16 @@ class PoseArrays(NamedTuple):
     frame_id: str
     position: np.ndarray
     orientation: np.ndarray
+
+
+class TrajectoryArrays(NamedTuple):
+    """The contents of a JointTrajectory: t (T,) [s] (stamp + time_from_start), names (n,),
+    q (T, n) [rad, m], qd (T, n) [rad/s, m/s]."""
+
+    t: np.ndarray
+    names: tuple[str, ...]
+    q: np.ndarray
+    qd: np.ndarray
 
 
 def stamp_to_seconds(stamp: Time) -> float:
@@ -170,3 +192,80 @@ def arrays_to_pose(t: float, position, orientation, frame_id: str = 'world') -> 
     (msg.pose.orientation.x, msg.pose.orientation.y, msg.pose.orientation.z,
      msg.pose.orientation.w) = o
     return msg
+
+
+def arrays_to_inertia(t: float, frame_id: str, mass: float, com, inertia) -> InertiaStamped:
+    """(t, frame, mass [kg], com (3,) [m], inertia about the com (3, 3) [kg m^2]) ->
+    InertiaStamped."""
+    com = np.asarray(com, dtype=float)
+    i = np.asarray(inertia, dtype=float)
+    msg = InertiaStamped()
+    msg.header.stamp = seconds_to_stamp(t)
+    msg.header.frame_id = frame_id
+    msg.inertia.m = float(mass)
+    msg.inertia.com.x, msg.inertia.com.y, msg.inertia.com.z = (float(v) for v in com)
+    (msg.inertia.ixx, msg.inertia.ixy, msg.inertia.ixz, msg.inertia.iyy, msg.inertia.iyz,
+     msg.inertia.izz) = (float(i[0, 0]), float(i[0, 1]), float(i[0, 2]), float(i[1, 1]),
+                         float(i[1, 2]), float(i[2, 2]))
+    return msg
+
+
+def particles_to_cloud(t: float, names: Sequence[str], particles,
+                       frame_id: str = '') -> PointCloud2:
+    """(P, M) particles [physical units] -> PointCloud2 of P points with one FLOAT64 field per
+    name (little endian, dense)."""
+    values = np.ascontiguousarray(particles, dtype='<f8')
+    count, width = values.shape
+    msg = PointCloud2()
+    msg.header.stamp = seconds_to_stamp(t)
+    msg.header.frame_id = frame_id
+    msg.height, msg.width = 1, count
+    msg.fields = [PointField(name=str(name), offset=8 * j, datatype=PointField.FLOAT64,
+                             count=1) for j, name in enumerate(names)]
+    msg.is_bigendian, msg.is_dense = False, True
+    msg.point_step = 8 * width
+    msg.row_step = msg.point_step * count
+    msg.data = values.tobytes()
+    return msg
+
+
+def cloud_to_particles(msg: PointCloud2) -> tuple[tuple[str, ...], np.ndarray]:
+    """PointCloud2 of FLOAT64 fields -> (names, (P, M) values).
+
+    Raises:
+      ValueError: a field that is not FLOAT64 or a layout other than `particles_to_cloud`'s.
+    """
+    names = tuple(f.name for f in msg.fields)
+    if any(f.datatype != PointField.FLOAT64 or f.offset != 8 * j
+           for j, f in enumerate(msg.fields)) or msg.point_step != 8 * len(names):
+        raise ValueError(f'expected consecutive FLOAT64 fields, got {msg.fields}')
+    dtype = '>f8' if msg.is_bigendian else '<f8'
+    values = np.frombuffer(bytes(msg.data), dtype=dtype)
+    return names, values.reshape(msg.height * msg.width, len(names)).astype(float)
+
+
+def _duration(seconds: float) -> Duration:
+    stamp = seconds_to_stamp(seconds)
+    return Duration(sec=stamp.sec, nanosec=stamp.nanosec)
+
+
+def arrays_to_trajectory(t, names: Sequence[str], q, qd) -> JointTrajectory:
+    """(t (T,) [s], names (n,), q (T, n), qd (T, n)) -> JointTrajectory stamped at t[0]."""
+    t = np.asarray(t, dtype=float)
+    msg = JointTrajectory()
+    msg.header.stamp = seconds_to_stamp(float(t[0]))
+    msg.joint_names = [str(n) for n in names]
+    msg.points = [JointTrajectoryPoint(positions=_array(qk), velocities=_array(qdk),
+                                       time_from_start=_duration(float(tk - t[0])))
+                  for tk, qk, qdk in zip(t, np.asarray(q), np.asarray(qd))]
+    return msg
+
+
+def trajectory_to_arrays(msg: JointTrajectory) -> TrajectoryArrays:
+    """JointTrajectory -> (t (T,), names, q (T, n), qd (T, n)) (copies)."""
+    t0 = stamp_to_seconds(msg.header.stamp)
+    t = np.array([t0 + stamp_to_seconds(p.time_from_start) for p in msg.points])
+    n = len(msg.joint_names)
+    return TrajectoryArrays(t, tuple(msg.joint_names),
+                            np.array([p.positions for p in msg.points]).reshape(-1, n),
+                            np.array([p.velocities for p in msg.points]).reshape(-1, n))

@@ -14,8 +14,10 @@ tracked in the @slow test.
 """
 
 import math
+from xml.etree import ElementTree
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from geometry_msgs.msg import InertiaStamped
 import numpy as np
 import pytest
 from rcl_interfaces.msg import Parameter, ParameterDescriptor, ParameterType, ParameterValue
@@ -23,14 +25,15 @@ from rcl_interfaces.srv import (DescribeParameters, GetParameters, ListParameter
                                 SetParameters)
 import rclpy
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import JointState
+from sensor_msgs.msg import JointState, PointCloud2
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
+from trajectory_msgs.msg import JointTrajectory
 import yaml
 
 from sysid_ros.io import online, pipeline, urdf_export
-from sysid_ros.ros import messages
-from sysid_ros.ros.estimate_client import EstimateClient
+from sysid_ros.ros import messages, qos
+from sysid_ros.ros.estimate_client import decode_estimate, EstimateClient
 
 CONFIG = 'config/double_pendulum_live.yaml'
 SIM_ARGS = ('-p', f'config:={CONFIG}', '-p', 'noise:=0.002', '-p', 'seed:=3',
@@ -267,6 +270,41 @@ def test_a_silent_topic_goes_warn_then_stale(live, ros):
     assert ros.spin_until(level, 15.0), levels
     seen = [lv for i, lv in enumerate(levels) if i == 0 or lv != levels[i - 1]]
     assert seen[-2:] == [WARN, STALE], levels
+
+
+def test_a_late_subscriber_receives_every_output_at_once(live, ros):
+    """With the robot silent (the test before stopped it) nothing new is published: what a
+    subscriber that starts now receives was latched, and it is the latest window's."""
+    topics = {'estimate': (JointState, '/estimator/estimate'),
+              'inertia': (InertiaStamped, '/estimator/inertia/link2'),
+              'particles': (PointCloud2, '/estimator/particles'),
+              'measured': (JointTrajectory, '/estimator/measured'),
+              'predicted': (JointTrajectory, '/estimator/predicted'),
+              'urdf': (String, '/estimator/robot_description')}
+    got = {}
+    subs = [ros.node.create_subscription(
+        cls, topic, lambda msg, key=key: got.setdefault(key, msg), qos.LATCHED)
+        for key, (cls, topic) in topics.items()]
+    try:
+        assert ros.spin_until(lambda: len(got) == len(topics), 5.0), set(topics) - set(got)
+    finally:
+        for sub in subs:
+            ros.node.destroy_subscription(sub)
+    estimate = decode_estimate(got['estimate'])
+    assert estimate == live['got']['estimates'][-1]
+    mass = estimate['link2.mass'][0]
+    t_end = messages.stamp_to_seconds(got['estimate'].header.stamp)
+    inertia = got['inertia']
+    assert inertia.header.frame_id == 'link2' and inertia.inertia.m == pytest.approx(mass)
+    names, particles = messages.cloud_to_particles(got['particles'])
+    assert names == tuple(estimate) and particles.shape == (16, 4)
+    assert particles[:, 1].mean() == pytest.approx(mass)
+    for key in ('measured', 'predicted'):
+        window = messages.trajectory_to_arrays(got[key])
+        assert window.names == ('joint1', 'joint2') and window.q.shape == window.qd.shape
+        assert len(window.t) >= 100 and window.t[-1] == pytest.approx(t_end, abs=1e-6)
+    link2 = ElementTree.fromstring(got['urdf'].data).find("link[@name='link2']")
+    assert float(link2.find('inertial/mass').get('value')) == pytest.approx(mass, rel=1e-6)
 
 
 def test_sigint_during_inference_leaves_a_readable_posterior(live, ros, start_node):

@@ -1,5 +1,6 @@
 """Message <-> array conversions: round trips, stamps (negative, nanosecond carry), joint order
-by name, Float64MultiArray layout, PoseStamped."""
+by name, Float64MultiArray layout, PoseStamped, the estimator's outputs (InertiaStamped,
+particles as PointCloud2, windows as JointTrajectory, the estimate as JointState)."""
 
 import math
 
@@ -10,6 +11,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 from sysid_ros.ros import messages
+from sysid_ros.ros.estimate_client import decode_estimate, EstimateFormatError
 
 
 def test_all_names_importable():
@@ -94,3 +96,43 @@ def test_pose_round_trip():
     np.testing.assert_array_equal(pose.orientation, quat)
     with pytest.raises(ValueError, match='3 position and 4 quaternion'):
         messages.arrays_to_pose(0.0, [0.0, 0.0], quat)
+
+
+def test_inertia_stamped_holds_mass_com_and_the_upper_triangle():
+    inertia = np.array([[0.1, 0.01, 0.02], [0.01, 0.2, 0.03], [0.02, 0.03, 0.3]])
+    msg = messages.arrays_to_inertia(12.5, 'link2', 1.25, [0.0, 0.1, -0.5], inertia)
+    assert msg.header.frame_id == 'link2' and messages.stamp_to_seconds(msg.header.stamp) == 12.5
+    i = msg.inertia
+    assert (i.m, i.com.x, i.com.y, i.com.z) == (1.25, 0.0, 0.1, -0.5)
+    assert (i.ixx, i.ixy, i.ixz, i.iyy, i.iyz, i.izz) == (0.1, 0.01, 0.02, 0.2, 0.03, 0.3)
+
+
+def test_particles_round_trip_through_a_point_cloud_with_named_fields():
+    particles = np.random.default_rng(0).normal(size=(16, 3))
+    names = ['link1.mass', 'link2.com.x', 'joint1.damping']
+    msg = messages.particles_to_cloud(3.0, names, particles)
+    assert [f.name for f in msg.fields] == names and msg.width == 16 and msg.is_dense
+    got_names, got = messages.cloud_to_particles(msg)
+    assert list(got_names) == names
+    np.testing.assert_array_equal(got, particles)
+
+
+def test_a_window_round_trips_through_a_joint_trajectory():
+    t = 1_795_279_931.0 + np.arange(5) * 0.01
+    q = np.arange(10.0).reshape(5, 2)
+    msg = messages.arrays_to_trajectory(t, ['joint1', 'joint2'], q, -q)
+    assert messages.stamp_to_seconds(msg.header.stamp) == t[0]
+    assert messages.stamp_to_seconds(msg.points[-1].time_from_start) == pytest.approx(0.04)
+    back = messages.trajectory_to_arrays(msg)
+    np.testing.assert_allclose(back.t, t, atol=1e-9)
+    assert back.names == ('joint1', 'joint2')
+    np.testing.assert_array_equal(back.q, q)
+    np.testing.assert_array_equal(back.qd, -q)
+
+
+def test_the_estimate_is_a_joint_state_of_means_and_stds():
+    msg = messages.arrays_to_joint_state(2.0, ['link2.mass', 'joint1.damping'],
+                                         position=[1.2, 0.3], velocity=[0.05, 0.01])
+    assert decode_estimate(msg) == {'link2.mass': (1.2, 0.05), 'joint1.damping': (0.3, 0.01)}
+    with pytest.raises(EstimateFormatError, match='a mean .position. and a std'):
+        decode_estimate(messages.arrays_to_joint_state(2.0, ['link2.mass'], position=[1.2]))
