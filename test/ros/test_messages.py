@@ -136,3 +136,24 @@ def test_the_estimate_is_a_joint_state_of_means_and_stds():
     assert decode_estimate(msg) == {'link2.mass': (1.2, 0.05), 'joint1.damping': (0.3, 0.01)}
     with pytest.raises(EstimateFormatError, match='a mean .position. and a std'):
         decode_estimate(messages.arrays_to_joint_state(2.0, ['link2.mass'], position=[1.2]))
+
+
+def test_the_inertia_outputs_name_each_identified_link_and_the_payload():
+    """What `~/inertia/<body>` publishes: a link's whole inertia, and a configured payload on
+    its own (a point mass in its frame, its free attributes from theta, the rest nominal)."""
+    from sysid_ros.io import config as config_io
+    from sysid_ros.io import problem as problem_io
+
+    cfg = config_io.from_dict({
+        'model': {'builder': 'double_pendulum', 'joints': ['joint1', 'joint2'],
+                  'payload': {'link': 'link2', 'mass': 0.3, 'com': [0.0, 0.0, -0.5]}},
+        'parameters': {'link1': {'mass': {'min': 0.5, 'max': 2.0}},
+                       'payload': {'mass': {'min': 0.0, 'max': 1.0},
+                                   'com': {'x': {'min': -0.2, 'max': 0.2}}}}})
+    problem = problem_io.build_problem(cfg)
+    link1, payload = problem_io.identified_inertias(problem, np.array([1.1, 0.4, 0.05]))
+    assert (link1.name, link1.frame, link1.mass) == ('link1', 'link1', pytest.approx(1.1))
+    assert np.all(np.linalg.eigvalsh(link1.inertia) > 0.0)
+    assert (payload.name, payload.frame, payload.mass) == ('payload', 'link2', 0.4)
+    np.testing.assert_array_equal(payload.com, [0.05, 0.0, -0.5])
+    np.testing.assert_array_equal(payload.inertia, np.zeros((3, 3)))
