@@ -35,6 +35,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.stats
 
 from sysid_ros.core.inference import levenberg_marquardt as lm
 from sysid_ros.core.inference import methods, particles, registry
@@ -108,6 +109,8 @@ class FitResult:
       best: (M,) a point estimate: the best restart of a point method (lowest loss; never
         the mean of the restarts), the factor graph's mean; None for a posterior sample.
       covariance: (M, M) its covariance (Laplace for lm) [physical units^2], or None.
+      covariance_dof: degrees of freedom of that covariance estimate (lm: windows - 1), so
+        that its intervals take Student-t quantiles; None: normal quantiles.
       converged: whether the fit converged (`diagnose`); convergence: how it stopped.
       warnings: one line per symptom of a failed fit, each naming the setting to change.
     """
@@ -128,6 +131,7 @@ class FitResult:
     marginals: dict | None = None
     best: np.ndarray | None = None
     covariance: np.ndarray | None = None
+    covariance_dof: float | None = None
     converged: bool = False
     convergence: str = ''
     warnings: tuple[str, ...] = ()
@@ -144,17 +148,22 @@ class FitResult:
             return np.sqrt(np.maximum(np.diagonal(self.covariance), 0.0))
         return self.particles.std(axis=0)
 
-    def interval(self) -> np.ndarray | None:
-        """(2, M) 95 % interval [physical units], within the bounds: the 2.5 and 97.5
-        percentiles of INTERVAL_MIN_PARTICLES or more posterior particles, else estimate
-        +- 1.96 std (of the covariance, or of fewer particles); None for a point estimate
-        without covariance or a single particle."""
+    def interval(self, level: float = 0.95) -> np.ndarray | None:
+        """(2, M) central interval of probability `level` [physical units], within the
+        bounds: the (1 -+ level) / 2 percentiles of INTERVAL_MIN_PARTICLES or more posterior
+        particles, else estimate +- z std (of the covariance, or of fewer particles) with z
+        the Student-t quantile of `covariance_dof` degrees of freedom where set, else the
+        normal one; None for a point estimate without covariance or a single particle."""
         sample = self.best is None
+        tail = 100.0 * (1.0 - level) / 2.0
         if sample and self.particles.shape[0] >= INTERVAL_MIN_PARTICLES:
-            return np.percentile(self.particles, [2.5, 97.5], axis=0)
+            return np.percentile(self.particles, [tail, 100.0 - tail], axis=0)
         if self.covariance is None and not (sample and self.particles.shape[0] > 1):
             return None
-        band = 1.96 * self.std
+        quantile = 0.5 + level / 2.0
+        z = (scipy.stats.t.ppf(quantile, self.covariance_dof) if self.covariance_dof
+             else scipy.stats.norm.ppf(quantile))
+        band = z * self.std
         return np.clip(np.stack([self.estimate - band, self.estimate + band]), self.lower,
                        self.upper)
 
@@ -412,12 +421,13 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
         info['max_defect'] = float(np.max(np.asarray(final.max_defect)))
     info.update(num_nonfinite=nonfinite[0], best_loss=best_loss,
                 best_particle={n: float(v) for n, v in zip(spec.names, best_theta)})
-    covariance = None
+    covariance = covariance_dof = None
     if est.laplace is not None and np.isfinite(best_loss):
         # A Gauss-Newton method's state holds each restart's best point (it moves only on a
         # lower cost), so its Laplace terms there are the best restart's.
-        covariance = np.asarray(est.laplace(steps.state)[1][int(np.argmin(best.loss))],
-                                dtype=float)
+        _, covariances, dofs = est.laplace(steps.state)
+        covariance = np.asarray(covariances[int(np.argmin(best.loss))], dtype=float)
+        covariance_dof = float(dofs[int(np.argmin(best.loss))])
     # Mini-batch losses are noisy: the convergence test reads their mean over an epoch.
     epoch = 1 if schedule is None else -(-schedule.num_pieces // schedule.batch)
     diagnosis = diagnose(method, _running_mean(history, epoch), theta_init, result_theta, final,
@@ -433,7 +443,7 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
                      final_loss=result_loss, wall_time=time.perf_counter() - start,
                      consistent=consistent, interrupted=steps.interrupted, info=info,
                      best=point_estimate, covariance=covariance,
-                     converged=diagnosis.converged, convergence=diagnosis.reason,
+                     covariance_dof=covariance_dof, converged=diagnosis.converged, convergence=diagnosis.reason,
                      warnings=diagnosis.warnings)
 
 

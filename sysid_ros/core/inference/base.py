@@ -39,9 +39,10 @@ class Estimator(NamedTuple):
         live window) from particles `theta`; what carries over is the method's choice and is
         documented by its factory.
       laplace: None, or for a Gauss-Newton method `laplace(state) -> (hessian (P, M, M),
-        covariance (P, M, M))`: each particle's Gauss-Newton Hessian of the loss and
+        covariance (P, M, M), dof (P,))`: each particle's Gauss-Newton Hessian of the loss,
         Laplace covariance [physical units^2] at its current values (identifiability at
-        the start, uncertainty at the end).
+        the start, uncertainty at the end) and the degrees of freedom of that covariance
+        estimate (its intervals use Student-t quantiles).
     """
 
     init: Callable

@@ -65,7 +65,7 @@ from sysid_ros.core.inference.base import Kernel
 
 __all__ = ['FTOL', 'MAX_DAMPING', 'INITIAL_DAMPING', 'DIAG_FLOOR', 'Linearization',
            'LMState', 'LMInfo', 'linearize', 'make_levenberg_marquardt', 'schur_hessian',
-           'laplace_covariance', 'Identifiability', 'identifiability']
+           'laplace_covariance', 'covariance_dof', 'Identifiability', 'identifiability']
 
 FTOL = 1e-10
 MAX_DAMPING = 1e10
@@ -245,10 +245,9 @@ def laplace_covariance(lin: Linearization) -> jax.Array:
     from the `Linearization` at the estimate. Directions the data do not determine (zero
     eigenvalues of the Schur complement) get zero variance; `identifiability` names them."""
     reduced, _, inv_st, inv_g = _eliminate(lin, 0.0)
-    num_blocks, m, s = lin.h_ts.shape
+    num_blocks = lin.h_ts.shape[0]
     if num_blocks == 1:
-        dof = jnp.maximum(lin.num_residuals - m - s, 1.0)
-        return _scaled_pinv(reduced) * lin.sum_squares / dof
+        return _scaled_pinv(reduced) * lin.sum_squares / covariance_dof(lin)
     scores = lin.scores - jnp.einsum('kms,ks->km', lin.h_ts, inv_g)
     shares = lin.block_h_tt - jnp.einsum('kms,ksl->kml', lin.h_ts, inv_st)     # C_k
 
@@ -257,6 +256,16 @@ def laplace_covariance(lin: Linearization) -> jax.Array:
 
     steps = jax.vmap(left_out)(shares, scores)                                  # (K, M)
     return (num_blocks - 1) / num_blocks * steps.T @ steps
+
+
+def covariance_dof(lin: Linearization) -> jax.Array:
+    """() degrees of freedom of `laplace_covariance`: K - 1 for the jackknife over K blocks
+    (a variance estimated from K cluster scores; cluster-robust intervals take Student-t
+    quantiles with K - 1 dof, Bell & McCaffrey 2002), the residual dof for one block."""
+    num_blocks, m, s = lin.h_ts.shape
+    if num_blocks == 1:
+        return jnp.maximum(lin.num_residuals - m - s, 1.0)
+    return jnp.asarray(num_blocks - 1.0)
 
 
 def _scaled_pinv(hessian, scale=None):

@@ -558,7 +558,8 @@ def make_lm(target: Target, options: Options) -> Estimator:
 
     def laplace(state):
         return (jax.vmap(lm_kernel.schur_hessian)(state.lin),
-                jax.vmap(lm_kernel.laplace_covariance)(state.lin))
+                jax.vmap(lm_kernel.laplace_covariance)(state.lin),
+                jax.vmap(lm_kernel.covariance_dof)(state.lin))
 
     return Estimator(init=init, step=step, posterior=posterior, rebase=rebase,
                      laplace=laplace)

@@ -1,0 +1,283 @@
+"""Simulation-based calibration (issue 17): do the intervals hold the truth as often as they claim?
+
+For each case, truths are drawn uniformly from the configured bounds (the prior every method
+of the registry assumes), a recording is simulated for each, the recording is fitted with the
+shipped defaults, and for every parameter the fit's central 50 %, 90 % and 95 % intervals are
+checked against the truth. Intervals: the percentiles of the posterior particles for a
+Bayesian method (csvgd, svgd, sgld, nuts, emcee, cem), estimate +- t std of the Laplace
+covariance for lm (`FitResult.interval`: Student-t quantiles with the covariance's dof). Beside the coverage, the rank of the truth in the posterior (SBC, Talts et
+al. 2018: the fraction of particles below the truth, or the t CDF of (truth - estimate) / std for a
+Laplace posterior) is uniform on [0, 1] for a calibrated method; their histograms go to
+`calibration.png`.
+
+Cases (every recording 100 Hz, random multi-sine torques, noise N(0, --noise^2) on q and qd):
+  pendulum  one link: mass, COM along the link, viscous damping.
+  dp        double pendulum: both masses, both COMs along the links, both dampings.
+  chain3    three links with viscous + Coulomb friction: masses and both friction terms.
+Settings:
+  exact   data simulated by the fit's own integrator (rk4 at the data rate).
+  finer   data simulated by rk4 at a ten times finer step (the fit's discretisation error
+          is model error the noise model does not contain; at 100 Hz it is far below the
+          noise for these cases: the coverage equals `exact`'s).
+  mujoco  dp only: data from an independent engine, MuJoCo (`heldout.dp_recording`: RK4 at
+          1 ms, 200 Hz, its own double-pendulum MJCF) fitted on `heldout`'s URDF of it.
+
+Coverage of a nominal level over n independent truths x M parameters is binomial if the
+method is calibrated: the table gives the pooled rate with its binomial standard error.
+
+Usage:
+  .venv/bin/python bench/calibration.py [--cases pendulum dp chain3] [--methods lm csvgd ...]
+      [--truths 100] [--settings exact finer mujoco] [--quick] [--out DIR]
+Last line: `RESULT calibration key=value ...` with <method>_cov50/_cov90/_cov95 pooled over
+cases and settings (laplace_* for lm) and per case/setting keys <case>_<setting>_<method>_cov90.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+import tempfile
+import time
+from typing import Callable, NamedTuple
+
+import jax
+import numpy as np
+from scipy import stats
+
+from sysid_ros.io import config as config_io
+from sysid_ros.io import fitting, pipeline, simulation
+from sysid_ros.io.trajectory import Trajectory
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import heldout  # noqa: E402
+
+LEVELS = (0.5, 0.9, 0.95)
+RATE = 100.0                  # [Hz]
+DURATION = 4.0                # [s] per recording
+TORQUE_SCALE = 3.0            # excitation strength (simulation.simulate)
+
+_MASS = {'min': 0.5, 'max': 2.0}              # [kg]
+_COM = {'z': {'min': -0.4, 'max': -0.1}}      # [m] along the hanging link
+_DAMPING = {'min': 0.02, 'max': 0.3}          # [N m s/rad]
+_COULOMB = {'min': 0.02, 'max': 0.3}          # [N m]
+
+CASES = {
+    'pendulum': dict(model={'builder': 'chain', 'builder_args': {'num_links': 1}},
+                     parameters={'link1': {'mass': _MASS, 'com': _COM},
+                                 'joint1': {'damping': _DAMPING}}),
+    'dp': dict(model={'builder': 'double_pendulum'},
+               parameters={'link1': {'mass': _MASS, 'com': _COM},
+                           'link2': {'mass': _MASS, 'com': _COM},
+                           'joint1': {'damping': _DAMPING}, 'joint2': {'damping': _DAMPING}}),
+    'chain3': dict(model={'builder': 'chain', 'builder_args': {'num_links': 3},
+                          'actuator': 'coulomb_viscous'},
+                   parameters={**{f'link{i}': {'mass': _MASS} for i in (1, 2, 3)},
+                               **{f'joint{i}': {'damping': _DAMPING, 'coulomb': _COULOMB}
+                                  for i in (1, 2, 3)}}),
+}
+# Data of the `finer` setting: the same model integrated at 1 / (RATE * FINE) s.
+FINE = 10
+SETTINGS = ('exact', 'finer', 'mujoco')
+
+
+class Draw(NamedTuple):
+    """One truth and what a method said of it.
+
+    Attributes:
+      truth: (M,) physical units.
+      rank: (M,) SBC rank in [0, 1] of the truth in the posterior.
+      inside: (len(LEVELS), M) whether each central interval holds the truth.
+      converged: the fit's own verdict.
+      seconds: wall time of the fit [s].
+    """
+
+    truth: np.ndarray
+    rank: np.ndarray
+    inside: np.ndarray
+    converged: bool
+    seconds: float
+
+
+def case_config(case: str, fine: bool = False) -> config_io.Config:
+    """The case's configuration with the shipped estimator defaults (no `estimator` section)."""
+    spec = CASES[case]
+    model = dict(spec['model'])
+    if fine:
+        model['dt'] = 1.0 / (RATE * FINE)
+    return config_io.from_dict({'model': model, 'parameters': spec['parameters'],
+                                'data': {'rate': RATE}})
+
+
+def own_recorder(case: str, setting: str, noise: float) -> tuple[pipeline.Problem, Callable]:
+    """The fit's problem and `record(truth (M,), rng) -> Trajectory` from this package's
+    simulator (settings exact and finer)."""
+    data_problem = pipeline.build_problem(case_config(case, fine=setting == 'finer'))
+
+    def record(truth, rng):
+        params = data_problem.spec.to_params(truth, data_problem.base_params)
+        return simulation.simulate(data_problem, params, duration=DURATION, noise=noise,
+                                   seed=int(rng.integers(2**31)), torque_scale=TORQUE_SCALE)
+
+    return pipeline.build_problem(case_config(case)), record
+
+
+def mujoco_recorder(noise: float, folder: str) -> tuple[pipeline.Problem, Callable]:
+    """The dp fit on `heldout`'s URDF and `record(truth, rng)` by MuJoCo (setting mujoco):
+    truth = (mass1, com1, mass2, com2, damping1, damping2) in the dp case's order."""
+    urdf = os.path.join(folder, 'double_pendulum.urdf')
+    pathlib.Path(urdf).write_text(heldout.double_pendulum_urdf())
+    config = config_io.from_dict({
+        'model': {'urdf': urdf, 'joints': list(heldout.DP_JOINTS)},
+        'parameters': CASES['dp']['parameters'], 'data': {'rate': heldout.RATE}})
+    problem = pipeline.build_problem(config)
+    order = {name: i for i, name in enumerate(problem.spec.names)}
+
+    def record(truth, rng):
+        value = {name: truth[i] for name, i in order.items()}
+        links = [value[f'link{i}.mass'] for i in (1, 2)]
+        t, q, qd, tau = heldout.dp_recording(
+            rng, dict(mass=links, com_z=[value[f'link{i}.com.z'] for i in (1, 2)],
+                      damping=[value[f'joint{i}.damping'] for i in (1, 2)]),
+            DURATION, inertia_mass=[1.0, 1.0])          # the URDF's rod inertia about the COM
+        return Trajectory(t=t, q=q + rng.normal(0.0, noise, q.shape),
+                          qd=qd + rng.normal(0.0, noise, qd.shape), tau=tau,
+                          joint_names=tuple(heldout.DP_JOINTS), source='mujoco')
+
+    return problem, record
+
+
+def posterior_checks(result: fitting.FitResult, truth: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """SBC rank (M,) and interval membership (len(LEVELS), M) of a truth under a fit; the
+    intervals are the fit's own (`FitResult.interval`), as `estimate.yaml` reports them."""
+    if result.covariance is not None:           # Laplace: estimate + std * t(dof) or N(0, 1)
+        z = (truth - result.estimate) / np.maximum(result.std, 1e-300)
+        rank = (stats.t.cdf(z, result.covariance_dof) if result.covariance_dof
+                else stats.norm.cdf(z))
+    else:                                       # a posterior sample
+        rank = np.mean(result.particles < truth, axis=0)
+    inside = np.stack([(lo <= truth) & (truth <= hi)
+                       for lo, hi in (result.interval(level) for level in LEVELS)])
+    return rank, inside
+
+
+def run_case(problem: pipeline.Problem, record: Callable, label: str, method: str,
+             num_truths: int, seed: int, progress=print) -> list[Draw]:
+    """Fit `num_truths` recordings `record(truth, rng)` of truths drawn uniformly within the
+    bounds of `problem`; one Draw per truth."""
+    spec = problem.spec
+    rng = np.random.default_rng(seed)
+    draws = []
+    for i in range(num_truths):
+        truth = rng.uniform(spec.lower, spec.upper)
+        traj = record(truth, rng)
+        start = time.perf_counter()
+        result = pipeline.fit(problem, [traj], method=method, seed=i, log=lambda _: None)
+        rank, inside = posterior_checks(result, truth)
+        draws.append(Draw(truth, rank, inside, bool(result.converged),
+                          time.perf_counter() - start))
+        if progress and (i + 1) % max(1, num_truths // 5) == 0:
+            cov = np.mean([d.inside[1] for d in draws])
+            progress(f'  {label}: {i + 1}/{num_truths} truths, cov90 so far {cov:.2f}, '
+                     f'last fit {draws[-1].seconds:.1f} s')
+    return draws
+
+
+def coverage(draws: list[Draw]) -> np.ndarray:
+    """(len(LEVELS), M) empirical coverage per level and parameter."""
+    return np.mean([d.inside for d in draws], axis=0)
+
+
+def plot_ranks(path: str, groups: dict[str, list[Draw]], bins: int = 10) -> None:
+    """SBC rank histograms, one panel per case/setting/method (pooled over parameters)."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    keys = list(groups)
+    cols = min(3, len(keys))
+    rows = -(-len(keys) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.0 * rows), squeeze=False)
+    for ax, key in zip(axes.flat, keys):
+        ranks = np.concatenate([d.rank for d in groups[key]])
+        ax.hist(ranks, bins=bins, range=(0, 1), color='tab:blue', alpha=0.8)
+        expected = ranks.size / bins
+        band = 1.96 * np.sqrt(expected * (1 - 1 / bins))
+        ax.axhspan(expected - band, expected + band, color='grey', alpha=0.3,
+                   label='uniform, 95 %')
+        ax.set_title(key, fontsize=9)
+        ax.set_xlabel('rank of the truth in the posterior [-]')
+        ax.set_ylabel('count')
+    for ax in list(axes.flat)[len(keys):]:
+        ax.axis('off')
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle('Simulation-based calibration: a calibrated posterior gives flat histograms')
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--cases', nargs='+', default=list(CASES), choices=list(CASES))
+    parser.add_argument('--settings', nargs='+', default=['exact', 'mujoco'],
+                        choices=SETTINGS, help='mujoco: dp only (other cases skip it)')
+    parser.add_argument('--methods', nargs='+', default=['lm', 'csvgd'],
+                        help='methods of the registry (lm: its Laplace covariance)')
+    parser.add_argument('--truths', type=int, default=100)
+    parser.add_argument('--noise', type=float, default=1e-3, help='[rad, rad/s]')
+    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--quick', action='store_true',
+                        help='pendulum only, exact setting, 30 truths')
+    parser.add_argument('--out', default=os.path.join('/tmp', 'sysid_calibration'))
+    args = parser.parse_args(argv)
+    jax.config.update('jax_enable_x64', True)
+    if args.quick:
+        args.cases, args.settings, args.truths = ['pendulum'], ['exact'], 30
+    os.makedirs(args.out, exist_ok=True)
+
+    groups: dict[str, list[Draw]] = {}
+    summary: dict[str, float] = {}
+    folder = tempfile.mkdtemp(prefix='sysid_calibration_')
+    for case in args.cases:
+        for setting in args.settings:
+            if setting == 'mujoco' and case != 'dp':
+                continue
+            problem, record = (mujoco_recorder(args.noise, folder) if setting == 'mujoco'
+                               else own_recorder(case, setting, args.noise))
+            names = problem.spec.names
+            for method in args.methods:
+                key = f'{case}/{setting}/{method}'
+                draws = run_case(problem, record, key, method, args.truths, args.seed)
+                groups[key] = draws
+                cov = coverage(draws)
+                n = len(draws)
+                print(f'\n{key}: {n} truths, converged {sum(d.converged for d in draws)}/{n}, '
+                      f'fit {np.mean([d.seconds for d in draws]):.2f} s mean')
+                print(f'{"parameter":20}' + ''.join(f'{f"cov{round(100 * lv)}":>9}'
+                                                    for lv in LEVELS))
+                for j, name in enumerate(names):
+                    print(f'{name:20}' + ''.join(f'{cov[k, j]:9.2f}' for k in range(len(LEVELS))))
+                pooled = cov.mean(axis=1)
+                print(f'{"pooled":20}' + ''.join(
+                    f'{p:9.3f}' for p in pooled) + '   (binomial se ' + ', '.join(
+                    f'{np.sqrt(lv * (1 - lv) / (n * len(names))):.3f}' for lv in LEVELS) + ')')
+                label = 'laplace' if method == 'lm' else method
+                summary[f'{case}_{setting}_{label}_cov90'] = pooled[1]
+
+    for method in args.methods:
+        label = 'laplace' if method == 'lm' else method
+        mine = [d for key, draws in groups.items() if key.endswith('/' + method) for d in draws]
+        pooled = np.concatenate([d.inside for d in mine], axis=1).mean(axis=1)
+        for level, value in zip(LEVELS, pooled):
+            summary[f'{label}_cov{round(100 * level)}'] = value
+    path = os.path.join(args.out, 'calibration.png')
+    plot_ranks(path, groups)
+    print(f'\nrank histograms: {path}')
+    print('RESULT calibration ' + ' '.join(f'{k}={v:.3f}' for k, v in summary.items()))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
