@@ -70,21 +70,25 @@ def test_schur_hessian_is_the_profiled_one():
                                np.linalg.inv(full.T @ full)[:M, :M], rtol=1e-9)
 
 
-def test_covariance_is_the_leave_one_block_out_jackknife():
-    """At the least-squares solution of a linear problem, the covariance equals the cluster
-    jackknife computed by refitting without each block (its rows and its start columns)."""
+def test_covariance_is_bell_mccaffrey_cr2_of_the_full_design():
+    """At the least-squares solution of a linear problem, the profiled covariance equals the
+    theta block of CR2 computed on the full design (theta and every block's start columns):
+    (X^T X)^-1 sum_k X_k^T (I - H_kk)^-1/2 e_k e_k^T (I - H_kk)^-1/2 X_k (X^T X)^-1."""
     blocks, full, y = _linear_problem(2)
     solution = np.linalg.lstsq(full, y, rcond=None)[0]
     lin = lm.linearize(blocks, jnp.asarray(solution[:M]),
                        jnp.asarray(solution[M:].reshape(K, S)), None)
-    left_out = []
+    inverse = np.linalg.inv(full.T @ full)
+    e = full @ solution - y
+    meat = np.zeros_like(inverse)
     for k in range(K):
-        rows = np.r_[0:k * N, (k + 1) * N:K * N]
-        cols = np.r_[0:M + k * S, M + (k + 1) * S:M + K * S]
-        left_out.append(np.linalg.lstsq(full[np.ix_(rows, cols)], y[rows], rcond=None)[0][:M])
-    d = np.stack(left_out) - solution[:M]
-    np.testing.assert_allclose(lm.laplace_covariance(lin), (K - 1) / K * d.T @ d,
-                               rtol=1e-8, atol=1e-12)
+        x_k, e_k = full[k * N:(k + 1) * N], e[k * N:(k + 1) * N]
+        w, v = np.linalg.eigh(np.eye(N) - x_k @ inverse @ x_k.T)
+        score = x_k.T @ (v * np.maximum(w, 1e-6) ** -0.5) @ v.T @ e_k
+        meat += np.outer(score, score)
+    dense = (inverse @ meat @ inverse)[:M, :M]
+    np.testing.assert_allclose(lm.laplace_covariance(lin), dense, rtol=1e-7, atol=1e-12)
+    assert float(lm.covariance_dof(lin)) == K - 1
 
 
 def test_prior_pulls_towards_its_mean():
