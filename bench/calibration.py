@@ -22,19 +22,27 @@ Settings:
   mujoco  dp only: data from an independent engine, MuJoCo (`heldout.dp_recording`: RK4 at
           1 ms, 200 Hz, its own double-pendulum MJCF) fitted on `heldout`'s URDF of it.
 
+Online (`--online`): the live estimator's session (`io.online.OnlineSession`) with the
+shipped live configuration `config/double_pendulum_live.yaml` (csvgd, 16 particles, 1 s
+windows, its noise_std), on a recording of its model simulated with that noise and held
+torques; after 10, 30 and 60 windows the particles' central percentile intervals are checked
+(as `FitResult.interval` does for a posterior sample).
+
 Coverage of a nominal level over n independent truths x M parameters is binomial if the
 method is calibrated: the table gives the pooled rate with its binomial standard error.
 
 Usage:
   .venv/bin/python bench/calibration.py [--cases pendulum dp chain3] [--methods lm csvgd ...]
-      [--truths 100] [--settings exact finer mujoco] [--quick] [--out DIR]
+      [--truths 100] [--settings exact finer mujoco] [--online N] [--quick] [--out DIR]
 Last line: `RESULT calibration key=value ...` with <method>_cov50/_cov90/_cov95 pooled over
-cases and settings (laplace_* for lm) and per case/setting keys <case>_<setting>_<method>_cov90.
+cases and settings (laplace_* for lm), per case/setting keys <case>_<setting>_<method>_cov90,
+and online_cov90 (after the last checkpoint) with online_w<k>_cov<level> per checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import pathlib
 import sys
@@ -46,8 +54,10 @@ import jax
 import numpy as np
 from scipy import stats
 
+from sysid_ros.core.inference import registry
 from sysid_ros.io import config as config_io
-from sysid_ros.io import fitting, pipeline, simulation
+from sysid_ros.io import fitting, online, pipeline, simulation
+from sysid_ros.io.window_buffer import Window
 from sysid_ros.io.trajectory import Trajectory
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -80,6 +90,8 @@ CASES = {
 # Data of the `finer` setting: the same model integrated at 1 / (RATE * FINE) s.
 FINE = 10
 SETTINGS = ('exact', 'finer', 'mujoco')
+LIVE_CONFIG = pathlib.Path(__file__).resolve().parents[1] / 'config' / 'double_pendulum_live.yaml'
+CHECKPOINTS = (10, 30, 60)    # windows after which the online posterior is checked
 
 
 class Draw(NamedTuple):
@@ -100,17 +112,19 @@ class Draw(NamedTuple):
     seconds: float
 
 
-def case_config(case: str, fine: bool = False) -> config_io.Config:
-    """The case's configuration with the shipped estimator defaults (no `estimator` section)."""
+def case_config(case: str, fine: bool = False, estimator: dict | None = None
+                ) -> config_io.Config:
+    """The case's configuration with the shipped estimator defaults, but for `estimator`."""
     spec = CASES[case]
     model = dict(spec['model'])
     if fine:
         model['dt'] = 1.0 / (RATE * FINE)
     return config_io.from_dict({'model': model, 'parameters': spec['parameters'],
-                                'data': {'rate': RATE}})
+                                'data': {'rate': RATE}, 'estimator': estimator or {}})
 
 
-def own_recorder(case: str, setting: str, noise: float) -> tuple[pipeline.Problem, Callable]:
+def own_recorder(case: str, setting: str, noise: float, estimator: dict | None = None
+                 ) -> tuple[pipeline.Problem, Callable]:
     """The fit's problem and `record(truth (M,), rng) -> Trajectory` from this package's
     simulator (settings exact and finer)."""
     data_problem = pipeline.build_problem(case_config(case, fine=setting == 'finer'))
@@ -120,17 +134,19 @@ def own_recorder(case: str, setting: str, noise: float) -> tuple[pipeline.Proble
         return simulation.simulate(data_problem, params, duration=DURATION, noise=noise,
                                    seed=int(rng.integers(2**31)), torque_scale=TORQUE_SCALE)
 
-    return pipeline.build_problem(case_config(case)), record
+    return pipeline.build_problem(case_config(case, estimator=estimator)), record
 
 
-def mujoco_recorder(noise: float, folder: str) -> tuple[pipeline.Problem, Callable]:
+def mujoco_recorder(noise: float, folder: str, estimator: dict | None = None
+                    ) -> tuple[pipeline.Problem, Callable]:
     """The dp fit on `heldout`'s URDF and `record(truth, rng)` by MuJoCo (setting mujoco):
     truth = (mass1, com1, mass2, com2, damping1, damping2) in the dp case's order."""
     urdf = os.path.join(folder, 'double_pendulum.urdf')
     pathlib.Path(urdf).write_text(heldout.double_pendulum_urdf())
     config = config_io.from_dict({
         'model': {'urdf': urdf, 'joints': list(heldout.DP_JOINTS)},
-        'parameters': CASES['dp']['parameters'], 'data': {'rate': heldout.RATE}})
+        'parameters': CASES['dp']['parameters'], 'data': {'rate': heldout.RATE},
+        'estimator': estimator or {}})
     problem = pipeline.build_problem(config)
     order = {name: i for i, name in enumerate(problem.spec.names)}
 
@@ -161,6 +177,51 @@ def posterior_checks(result: fitting.FitResult, truth: np.ndarray
     inside = np.stack([(lo <= truth) & (truth <= hi)
                        for lo, hi in (result.interval(level) for level in LEVELS)])
     return rank, inside
+
+
+def sample_checks(particles: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """SBC rank (M,) and membership (len(LEVELS), M) of the central percentile intervals
+    of posterior particles (P, M)."""
+    inside = []
+    for level in LEVELS:
+        tail = 50.0 * (1.0 - level)
+        lo, hi = np.percentile(particles, [tail, 100.0 - tail], axis=0)
+        inside.append((lo <= truth) & (truth <= hi))
+    return np.mean(particles < truth, axis=0), np.stack(inside)
+
+
+def online_draws(num_truths: int, seed: int, progress=print) -> dict[int, list[Draw]]:
+    """The live session's posterior after each of CHECKPOINTS windows, per random truth
+    (module doc): {windows: [Draw per truth]}."""
+    cfg = config_io.load_yaml(str(LIVE_CONFIG))
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, torque_samples='held'),
+                              online=dataclasses.replace(cfg.online, save_path=''))
+    problem = pipeline.build_problem(cfg)
+    rng = np.random.default_rng(seed)
+    draws: dict[int, list[Draw]] = {k: [] for k in CHECKPOINTS}
+    for i in range(num_truths):
+        truth = rng.uniform(problem.spec.lower, problem.spec.upper)
+        session = online.OnlineSession(problem)
+        n = session.window_samples
+        traj = simulation.simulate(
+            problem, problem.spec.to_params(truth, problem.base_params),
+            duration=max(CHECKPOINTS) * n / cfg.data.rate, noise=cfg.data.noise_std[0],
+            seed=int(rng.integers(2**31)), torque_scale=TORQUE_SCALE)
+        start = time.perf_counter()
+        for w in range(max(CHECKPOINTS)):
+            part = slice(w * n, (w + 1) * n)
+            session.update(Window(t=traj.t[part], q=traj.q[part], qd=traj.qd[part],
+                                  tau=traj.tau[part]))
+            if w + 1 in draws:
+                rank, inside = sample_checks(session.particles, truth)
+                draws[w + 1].append(Draw(truth, rank, inside, session.divergences == 0,
+                                         time.perf_counter() - start))
+        if progress:
+            cov = np.mean([d.inside[1] for d in draws[max(CHECKPOINTS)]])
+            progress(f'  online: {i + 1}/{num_truths} truths, cov90 after '
+                     f'{max(CHECKPOINTS)} windows so far {cov:.2f} '
+                     f'({time.perf_counter() - start:.0f} s)')
+    return draws
 
 
 def run_case(problem: pipeline.Problem, record: Callable, label: str, method: str,
@@ -218,16 +279,38 @@ def plot_ranks(path: str, groups: dict[str, list[Draw]], bins: int = 10) -> None
     plt.close(fig)
 
 
+def print_table(key: str, draws: list[Draw], names) -> np.ndarray:
+    """Print the coverage per parameter and pooled; return the pooled (len(LEVELS),)."""
+    cov = coverage(draws)
+    n = len(draws)
+    print(f'\n{key}: {n} truths, converged {sum(d.converged for d in draws)}/{n}, '
+          f'fit {np.mean([d.seconds for d in draws]):.2f} s mean')
+    print(f'{"parameter":20}' + ''.join(f'{f"cov{round(100 * lv)}":>9}' for lv in LEVELS))
+    for j, name in enumerate(names):
+        print(f'{name:20}' + ''.join(f'{cov[k, j]:9.2f}' for k in range(len(LEVELS))))
+    pooled = cov.mean(axis=1)
+    print(f'{"pooled":20}' + ''.join(f'{p:9.3f}' for p in pooled) + '   (binomial se '
+          + ', '.join(f'{np.sqrt(lv * (1 - lv) / (n * len(names))):.3f}' for lv in LEVELS)
+          + ')')
+    return pooled
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--cases', nargs='+', default=list(CASES), choices=list(CASES))
     parser.add_argument('--settings', nargs='+', default=['exact', 'mujoco'],
                         choices=SETTINGS, help='mujoco: dp only (other cases skip it)')
-    parser.add_argument('--methods', nargs='+', default=['lm', 'csvgd'],
-                        help='methods of the registry (lm: its Laplace covariance)')
+    parser.add_argument('--methods', nargs='*', default=['lm', 'csvgd'],
+                        help='methods of the registry (lm: its Laplace covariance); none: '
+                             'only --online')
     parser.add_argument('--truths', type=int, default=100)
+    parser.add_argument('--particles', type=int, default=32,
+                        help='estimator.particles of the Bayesian methods (the default 1 '
+                             'is no posterior sample)')
     parser.add_argument('--noise', type=float, default=1e-3, help='[rad, rad/s]')
     parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--online', type=int, default=0, metavar='N',
+                        help='also the live session on N truths (0: not run)')
     parser.add_argument('--quick', action='store_true',
                         help='pendulum only, exact setting, 30 truths')
     parser.add_argument('--out', default=os.path.join('/tmp', 'sysid_calibration'))
@@ -244,27 +327,28 @@ def main(argv=None) -> int:
         for setting in args.settings:
             if setting == 'mujoco' and case != 'dp':
                 continue
-            problem, record = (mujoco_recorder(args.noise, folder) if setting == 'mujoco'
-                               else own_recorder(case, setting, args.noise))
-            names = problem.spec.names
             for method in args.methods:
+                estimator = ({'particles': args.particles}
+                             if registry.lookup(method).bayesian else None)
+                problem, record = (
+                    mujoco_recorder(args.noise, folder, estimator) if setting == 'mujoco'
+                    else own_recorder(case, setting, args.noise, estimator))
+                names = problem.spec.names
                 key = f'{case}/{setting}/{method}'
                 draws = run_case(problem, record, key, method, args.truths, args.seed)
                 groups[key] = draws
-                cov = coverage(draws)
-                n = len(draws)
-                print(f'\n{key}: {n} truths, converged {sum(d.converged for d in draws)}/{n}, '
-                      f'fit {np.mean([d.seconds for d in draws]):.2f} s mean')
-                print(f'{"parameter":20}' + ''.join(f'{f"cov{round(100 * lv)}":>9}'
-                                                    for lv in LEVELS))
-                for j, name in enumerate(names):
-                    print(f'{name:20}' + ''.join(f'{cov[k, j]:9.2f}' for k in range(len(LEVELS))))
-                pooled = cov.mean(axis=1)
-                print(f'{"pooled":20}' + ''.join(
-                    f'{p:9.3f}' for p in pooled) + '   (binomial se ' + ', '.join(
-                    f'{np.sqrt(lv * (1 - lv) / (n * len(names))):.3f}' for lv in LEVELS) + ')')
+                pooled = print_table(key, draws, names)
                 label = 'laplace' if method == 'lm' else method
                 summary[f'{case}_{setting}_{label}_cov90'] = pooled[1]
+    if args.online:
+        names = pipeline.build_problem(config_io.load_yaml(str(LIVE_CONFIG))).spec.names
+        for windows, draws in online_draws(args.online, args.seed).items():
+            key = f'online/after {windows} windows'
+            groups[key] = draws
+            pooled = print_table(key, draws, names)
+            for level, value in zip(LEVELS, pooled):
+                summary[f'online_w{windows}_cov{round(100 * level)}'] = value
+        summary['online_cov90'] = summary[f'online_w{max(CHECKPOINTS)}_cov90']
 
     for method in args.methods:
         label = 'laplace' if method == 'lm' else method

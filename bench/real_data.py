@@ -16,6 +16,14 @@ dimension divided by the test data's std; printed beside the seed's CSVGD number
 dataset (the seed's exact windows, preprocessing and scaling are not known, so the values are
 comparable in magnitude only).
 
+IBM through the command line (`--only ibm_cli`), as a user would run it: `sysid convert` of
+run 0 (training) and of runs 1-10 (held out) into bags, `sysid fit --bag` with
+`config/ibm_double_pendulum.yaml` on the whole 44 s of run 0, `sysid evaluate` on runs 1-10:
+every posterior particle simulates every 0.5 s segment (50 steps at 100 Hz) of the held-out
+runs from its measured start state; KL and MMD^2 compare the real and simulated segments.
+Half a second is the horizon of the seed's test set (TDS's `dpc_dataset_traintest_4_200`:
+4 input frames, 200 target frames at 400 Hz); the seed's window scaling is not known.
+
 KUKA LWR4+ (FloBaRoID): NEA (least squares on the joint-torque regressor, with the URDF's
 kinematics) of all 7 link inertials plus viscous and Coulomb friction and a constant torque
 offset per joint (`config/kuka_lwr4.yaml`) on runs 1-2; the joint torques of run 3 are
@@ -40,7 +48,7 @@ last 7 s, against the nominal example-robot-data inertials (no friction) as refe
 paper's base coefficients (supplementary Table III) are only in the PDF, which we cannot
 parse here (no PDF text tool installed); they are not compared.
 
-Usage: python bench/real_data.py [--quick] [--only ibm,kuka,panda] [--out DIR]
+Usage: python bench/real_data.py [--quick] [--only ibm,ibm_cli,kuka,panda] [--out DIR]
 Ends with one line `RESULT real_data key=value ...`.
 """
 
@@ -48,7 +56,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
+import pathlib
+import subprocess
 import sys
 import time
 from xml.etree import ElementTree
@@ -141,6 +152,42 @@ def run_ibm(source: str, quick: bool, out: str) -> dict:
     return dict(ibm_kl_real_sim=row.kl_real_sim, ibm_kl_sim_real=row.kl_sim_real,
                 ibm_mmd=row.mmd, ibm_diverged=row.num_diverged,
                 ibm_s=time.perf_counter() - start)
+
+
+def run_ibm_cli(source: str, out: str) -> dict:
+    """IBM through `sysid convert`, `sysid fit --bag` and `sysid evaluate` (module doc)."""
+    start = time.perf_counter()
+    sysid = str(pathlib.Path(sys.executable).with_name('sysid'))
+    env = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST',
+               FASTDDS_DEFAULT_PROFILES_FILE=os.path.join(CONFIG, 'fastdds_localhost.xml'))
+    folder = os.path.join(out, 'ibm_cli')
+    train, test, fit = (os.path.join(folder, name) for name in ('train_bag', 'test_bag', 'fit'))
+    metrics = os.path.join(folder, 'heldout_metrics.json')
+    for bag, runs in ((train, (IBM_TRAIN_RUN,)), (test, IBM_TEST_RUNS)):
+        if not os.path.exists(bag):
+            subprocess.run([sysid, 'convert', '--dataset', 'ibm-double-pendulum', '--source',
+                            source, '--out', bag, '--runs', *map(str, runs)], env=env,
+                           check=True)
+    fit_start = time.perf_counter()
+    code = subprocess.run([sysid, 'fit', '--config', os.path.join(CONFIG,
+                                                                  'ibm_double_pendulum.yaml'),
+                           '--bag', train, '--out', fit], env=env).returncode
+    fit_s = time.perf_counter() - fit_start
+    subprocess.run([sysid, 'evaluate', '--posterior', fit, '--bag', test, '--out', metrics],
+                   env=env, check=True)
+    with open(metrics, encoding='utf-8') as f:
+        scores = json.load(f)
+    print(f'\nIBM through the CLI: sysid fit exit {code} in {fit_s:.0f} s; held-out runs '
+          f'{IBM_TEST_RUNS[0]}-{IBM_TEST_RUNS[-1]}, {scores["num_segments"]} segments of '
+          f'{scores["horizon"]} steps')
+    print(f'{"metric":16}{"ours":>12}{"seed CSVGD":>12}')
+    for key, label in (('kl_real_sim', 'KL(real||sim)'), ('kl_sim_real', 'KL(sim||real)'),
+                       ('mmd', 'MMD')):
+        print(f'{label:16}{scores[key]:12.4g}{SEED_CSVGD[key]:12.4g}')
+    return dict(ibm_cli_mmd=scores['mmd'], ibm_cli_kl_real_sim=scores['kl_real_sim'],
+                ibm_cli_kl_sim_real=scores['kl_sim_real'], ibm_cli_nmse=scores['nmse'],
+                ibm_cli_exit=code, ibm_cli_fit_s=fit_s,
+                ibm_cli_s=time.perf_counter() - start)
 
 
 # ------------------------------------------------------------------------------------------
@@ -317,6 +364,8 @@ def main():
         summary.update(run_kuka(os.path.join(args.data, 'kuka-lwr4-flobaroid'), args.out))
     if 'panda' in parts:
         summary.update(run_panda(os.path.join(args.data, 'panda-gaz2019'), args.out))
+    if 'ibm_cli' in parts:
+        summary.update(run_ibm_cli(os.path.join(args.data, 'ibm-double-pendulum'), args.out))
     if 'ibm' in parts:
         summary.update(run_ibm(os.path.join(args.data, 'ibm-double-pendulum'), args.quick,
                                args.out))
