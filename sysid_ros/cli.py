@@ -154,8 +154,13 @@ def _cmd_fit(args) -> int:
     else:
         extra['data'] = [os.path.abspath(p) for p in args.data]
     urdf = pipeline.identified_urdf(problem, result.estimate)
+    controller = None
+    if cfg.online.push_parameters:              # what the live estimator would push
+        controller = results.controller_parameters_file(
+            results.pushed_values(result.names, result.estimate, cfg.online.push_parameters),
+            cfg.online.push_node)
     out = results.write_results(args.out, result, extra=extra, urdf=urdf,
-                                metrics=scores, figures=figures)
+                                metrics=scores, figures=figures, controller=controller)
     print(_estimate_table(result))
     if scores is not None:
         print(_metrics_line(scores))

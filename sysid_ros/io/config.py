@@ -565,11 +565,15 @@ class OnlineConfig:
       save_path: posterior file written on ~/save and at shutdown (`.npz` + `.yaml`; empty:
         not saved).
       warm_start: posterior file (`.npz`) to start from (empty: Sobol particles).
-      push_node: node whose parameters receive estimates (rcl_interfaces/srv/SetParameters;
-        empty: no push).
+      push_node: node whose parameters receive estimates, all in one
+        rcl_interfaces/srv/SetParametersAtomically request (empty: no push).
       push_parameters: estimate name -> parameter name of `push_node`, nested like
         `parameters` (`link2: {mass: payload_mass}`).
       push_rate: most pushes per second [Hz].
+      push_max_std: a window's posterior is pushed only if every pushed parameter's
+        standard deviation is below this fraction of its bounds width [-] (and the window
+        did not diverge); one unit-free threshold for parameters of mixed units (the uniform
+        prior's std is 0.29 of the width).
       silent_warn: a subscribed topic silent this long turns its diagnostics WARN [s, wall].
       silent_stale: a subscribed topic silent this long turns its diagnostics STALE [s, wall].
       diagnostics_rate: diagnostics publish rate [Hz].
@@ -586,6 +590,7 @@ class OnlineConfig:
     push_node: str | None = _opt(None, 'str', optional=True)
     push_parameters: dict[str, Any] = _opt({}, 'map')
     push_rate: float = _opt(1.0, 'float', unit='Hz', gt=0.0)
+    push_max_std: float = _opt(0.05, 'float', gt=0.0)
     silent_warn: float = _opt(1.0, 'float', unit='s', gt=0.0)
     silent_stale: float = _opt(3.0, 'float', unit='s', gt=0.0)
     diagnostics_rate: float = _opt(1.0, 'float', unit='Hz', gt=0.0)

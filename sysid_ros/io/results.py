@@ -15,7 +15,11 @@
   * with `result.marginals` (online methods: factor_graph): `marginals.csv`
     (`t,mean_<name>...,std_<name>...`) and `marginals.png` (estimate +- 2 std over time);
   * with `metrics`: `metrics.json` (held-out scores, see `io.segments.posterior_metrics`);
-  * with `figures`: the PNGs that `figures(folder)` draws (`FIGURES`).
+  * with `figures`: the PNGs that `figures(folder)` draws (`FIGURES`);
+  * with `controller`: `controller_parameters.yaml`, the estimates under the parameter names
+    of `online.push_parameters` as a ROS 2 parameters file (`controller_parameters_file`),
+    which the controller `online.push_node` loads with `--ros-args --params-file`: the same
+    mapping the live estimator pushes (`pushed_values`).
 
 Atomicity: everything is first written into a fresh temporary folder beside `out_dir` (in its
 parent, so on the same file system), then that folder replaces `out_dir` by renames. A run that
@@ -47,6 +51,9 @@ __all__ = [
     'estimate_dict',
     'plot_convergence',
     'plot_marginals',
+    'CONTROLLER_FILE',
+    'pushed_values',
+    'controller_parameters_file',
 ]
 
 FIGURES = ('trajectory_density.png', 'posterior.png')
@@ -55,7 +62,10 @@ BASE_FILES = ('estimate.yaml', 'posterior.npz', 'history.csv', 'convergence.png'
               'robot_identified.urdf')
 EVALUATION_FILES = ('metrics.json',) + FIGURES
 MARGINAL_FILES = ('marginals.csv', 'marginals.png')   # written with `result.marginals`
-FILES = BASE_FILES + EVALUATION_FILES + MARGINAL_FILES
+CONTROLLER_FILE = 'controller_parameters.yaml'          # written with `controller`
+FILES = BASE_FILES + EVALUATION_FILES + MARGINAL_FILES + (CONTROLLER_FILE,)
+# Node key of a parameters file that applies to every node.
+_ANY_NODE = '/**'
 
 
 class ResultsError(InputError):
@@ -109,6 +119,27 @@ def estimate_dict(result) -> dict[str, Any]:
     }
 
 
+def pushed_values(names, mean, mapping: Mapping[str, str]) -> dict[str, float]:
+    """{controller parameter: estimate} for `mapping` (estimate name -> controller parameter
+    name, `online.push_parameters`), `names` (M,) and `mean` (M,) the estimate."""
+    values = dict(zip(names, np.asarray(mean, dtype=float).tolist()))
+    return {target: values[source] for source, target in mapping.items()}
+
+
+def controller_parameters_file(values: Mapping[str, float], node: str | None) -> dict:
+    """A ROS 2 parameters file (as a dict for YAML) that sets `values` on `node` (None: on
+    every node). Dotted parameter names are nested, as rcl reads them back (it joins nested
+    keys with dots and would mangle a key that holds one)."""
+    tree: dict[str, Any] = {}
+    for name, value in values.items():
+        *groups, leaf = name.split('.')
+        branch = tree
+        for group in groups:
+            branch = branch.setdefault(group, {})
+        branch[leaf] = float(value)
+    return {node or _ANY_NODE: {'ros__parameters': tree}}
+
+
 def plot_convergence(path: str, history: np.ndarray, title: str = '') -> None:
     """Loss per iteration on a log scale, saved as PNG (Agg backend, no display needed)."""
     import matplotlib
@@ -154,7 +185,8 @@ def plot_marginals(path: str, t: np.ndarray, mean: np.ndarray, std: np.ndarray,
 
 def _write_all(folder: str, result, extra: Mapping[str, Any] | None,
                urdf: str | None, metrics: Mapping[str, Any] | None = None,
-               figures: Callable[[str], None] | None = None) -> None:
+               figures: Callable[[str], None] | None = None,
+               controller: Mapping[str, Any] | None = None) -> None:
     content = estimate_dict(result)
     if extra:
         content.update(_plain(dict(extra)))
@@ -185,11 +217,16 @@ def _write_all(folder: str, result, extra: Mapping[str, Any] | None,
             json.dump(_plain(dict(metrics)), f, indent=2)   # NaN is written as NaN
     if figures is not None:
         figures(folder)
+    if controller is not None:
+        with open(os.path.join(folder, CONTROLLER_FILE), 'w', encoding='utf-8') as f:
+            yaml.safe_dump(_plain(dict(controller)), f, sort_keys=False,
+                           default_flow_style=False)
 
 
 def write_results(out_dir: str | os.PathLike, result, extra: Mapping[str, Any] | None = None,
                   urdf: str | None = None, metrics: Mapping[str, Any] | None = None,
-                  figures: Callable[[str], None] | None = None) -> str:
+                  figures: Callable[[str], None] | None = None,
+                  controller: Mapping[str, Any] | None = None) -> str:
     """Write all result files of `result` (a `pipeline.FitResult`) into `out_dir`, atomically.
 
     Files already in `out_dir` that this function does not write are carried over into the
@@ -203,6 +240,7 @@ def write_results(out_dir: str | os.PathLike, result, extra: Mapping[str, Any] |
       metrics: content of `metrics.json`.
       figures: draws more PNGs into the folder it is given (before the swap, so a failing
         plot leaves the previous results in place).
+      controller: content of `controller_parameters.yaml` (`controller_parameters_file`).
 
     Returns:
       The absolute path of `out_dir`.
@@ -222,7 +260,7 @@ def write_results(out_dir: str | os.PathLike, result, extra: Mapping[str, Any] |
         raise ResultsError(f'{out_dir}: --out: cannot write here: {exc.strerror}') from exc
     old = None
     try:
-        _write_all(tmp, result, extra, urdf, metrics, figures)
+        _write_all(tmp, result, extra, urdf, metrics, figures, controller)
         if os.path.isdir(out_dir):
             for name in os.listdir(out_dir):
                 if name not in FILES:

@@ -59,13 +59,18 @@ Diagnostics (not latched):
     (fill, rejected messages by reason, ignored joint names, time jumps, dropped windows) and
     one for the estimator (windows, iteration time, lag from window end to publish in the
     node clock, predictive ESS, divergences, loss; WARN when inference is slower than the
-    hop or the last window diverged).
+    hop or the last window diverged), and with a push target one for the push (WARN when
+    the controller rejected the last push).
 Services (std_srvs/Trigger): `~/reset` (posterior back to its start), `~/save` (write the
-posterior to `online.save_path`). On Ctrl-C / SIGTERM the posterior is written to
-`online.save_path` before exit; `online.warm_start` starts from such a file.
-Push: with `online.push_node`, the means of `online.push_parameters` (estimate name ->
-parameter name) are sent to `<push_node>/set_parameters` (rcl_interfaces/srv/SetParameters)
-at most `online.push_rate` times a second.
+posterior to `online.save_path`); (std_srvs/SetBool) `~/pause_push` (true: pause the push,
+false: resume it). On Ctrl-C / SIGTERM the posterior is written to `online.save_path` before
+exit; `online.warm_start` starts from such a file.
+Push (`ros.parameter_push`): with `online.push_node`, the means of `online.push_parameters`
+(estimate name -> parameter name) go to `<push_node>/set_parameters_atomically` in one
+request, at most `online.push_rate` times a second, from windows that did not diverge and
+whose pushed parameters' stds are below `online.push_max_std` of their bounds widths; the
+diagnostics status 'push' counts them sent, accepted and rejected (with the last reason) and
+what was held back by reason.
 Time: stamps come from the messages, so `use_sim_time` (bag replays with /clock) works; a
 jump back in time (a bag restarted) clears the window buffer.
 Cores: with `XLA_FLAGS=--xla_force_host_platform_device_count=N` in its environment the
@@ -86,9 +91,6 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import InertiaStamped, PoseStamped
 import jax
-import numpy as np
-from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
-from rcl_interfaces.srv import SetParameters
 import rclpy
 from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException
@@ -96,7 +98,7 @@ from rclpy.node import Node
 from rclpy.task import Future
 from sensor_msgs.msg import JointState, PointCloud2
 from std_msgs.msg import Float64MultiArray, String
-from std_srvs.srv import Trigger
+from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from sysid_ros.io import config as config_io
@@ -104,7 +106,7 @@ from sysid_ros.io import model_io, online, pipeline, verify
 from sysid_ros.io import problem as problem_io
 from sysid_ros.io.errors import InputError
 from sysid_ros.io.window_buffer import WindowBuffer
-from sysid_ros.ros import messages, params, qos
+from sysid_ros.ros import messages, params, parameter_push, qos
 
 __all__ = ['EXIT_BAD_CONFIG', 'EXIT_MISMATCH', 'ModelMismatch', 'EstimatorNode', 'main']
 
@@ -174,12 +176,12 @@ class EstimatorNode(Node):
         self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.create_service(Trigger, '~/reset', self._on_reset)
         self.create_service(Trigger, '~/save', self._on_save)
+        self.create_service(SetBool, '~/pause_push', self._on_pause_push)
         self._push = None
         if cfg.online.push_node and cfg.online.push_parameters:
-            self._push = self.create_client(SetParameters,
-                                            f'{cfg.online.push_node}/set_parameters')
-        self._last_push = -np.inf
-        self.pushes = 0
+            self._push = parameter_push.ParameterPush(
+                self, cfg.online.push_node, cfg.online.push_parameters, problem.names,
+                cfg.parameters.bounds, cfg.online.push_max_std, cfg.online.push_rate)
 
         self._stats_lock = threading.Lock()
         self._last: online.WindowResult | None = None
@@ -296,6 +298,15 @@ class EstimatorNode(Node):
         response.success, response.message = True, 'posterior reset'
         return response
 
+    def _on_pause_push(self, request, response):
+        if self._push is None:
+            response.success, response.message = False, 'online.push_node is not set'
+            return response
+        self._push.pause(request.data)
+        response.success = True
+        response.message = 'push paused' if request.data else 'push resumed'
+        return response
+
     def _on_save(self, request, response):
         path = self._online.save_path
         if not path:
@@ -352,22 +363,8 @@ class EstimatorNode(Node):
         with self._stats_lock:
             self._last = result
             self._lag = now - result.t_end
-        if not result.diverged:
-            self._push_estimate(result)
-
-    def _push_estimate(self, result: online.WindowResult) -> None:
-        if self._push is None or time.monotonic() - self._last_push < 1.0 / self._online.push_rate:
-            return
-        if not self._push.service_is_ready():
-            return
-        values = dict(zip(self.problem.names, result.mean))
-        request = SetParameters.Request(parameters=[
-            Parameter(name=target, value=ParameterValue(type=ParameterType.PARAMETER_DOUBLE,
-                                                        double_value=float(values[source])))
-            for source, target in self._online.push_parameters.items()])
-        self._push.call_async(request)
-        self._last_push = time.monotonic()
-        self.pushes += 1
+        if self._push is not None:
+            self._push.offer(result.mean, result.std, result.diverged)
 
     # ------------------------------------------------------------------------------------------
     # Diagnostics
@@ -411,7 +408,7 @@ class EstimatorNode(Node):
         with self._stats_lock:
             last, lag = self._last, self._lag
         values = {'windows': self.session.windows, 'divergences': self.session.divergences,
-                  'pushes': self.pushes, 'ready': self._ready.is_set()}
+                  'ready': self._ready.is_set()}
         level, message = DiagnosticStatus.OK, 'waiting for data'
         if not self._ready.is_set():
             message = 'compiling'
@@ -425,6 +422,10 @@ class EstimatorNode(Node):
             elif last.iteration_time > self._online.hop:
                 level, message = DiagnosticStatus.WARN, 'inference slower than the hop'
         statuses.append(self._status('estimator', level, message, values))
+        if self._push is not None:
+            warn, message, values = self._push.status()
+            statuses.append(self._status(
+                'push', DiagnosticStatus.WARN if warn else DiagnosticStatus.OK, message, values))
         msg = DiagnosticArray(status=statuses)
         msg.header.stamp = self.get_clock().now().to_msg()
         return msg

@@ -4,6 +4,7 @@ import os
 
 import numpy as np
 import pytest
+import yaml
 
 from sysid_ros.io import results
 from sysid_ros.io.pipeline import FitResult
@@ -76,3 +77,24 @@ def test_out_must_be_a_folder(tmp_path):
 def test_all_names_importable():
     for name in results.__all__:
         assert hasattr(results, name)
+
+
+def test_the_controller_parameters_file_maps_estimates_to_controller_names(tmp_path):
+    result = _result(1.25)
+    values = results.pushed_values(result.names, result.estimate,
+                                   {'link1.mass': 'payload.mass', 'joint1.damping': 'damping'})
+    assert values == {'payload.mass': 1.25, 'damping': pytest.approx(0.1)}
+    controller = results.controller_parameters_file(values, '/arm_controller')
+    # Dotted names nested, as rcl joins them back.
+    assert controller == {'/arm_controller': {'ros__parameters': {
+        'payload': {'mass': 1.25}, 'damping': pytest.approx(0.1)}}}
+    assert list(results.controller_parameters_file(values, None)) == ['/**']
+    out = tmp_path / 'out'
+    urdf = '<robot name="identified"/>'
+    results.write_results(out, result, urdf=urdf, controller=controller)
+    assert sorted(os.listdir(out)) == sorted(results.BASE_FILES + (results.CONTROLLER_FILE,))
+    with open(out / results.CONTROLLER_FILE) as f:
+        assert yaml.safe_load(f) == controller
+    # A later fit without a push mapping does not carry a stale file over.
+    results.write_results(out, result, urdf=urdf)
+    assert sorted(os.listdir(out)) == sorted(results.BASE_FILES)

@@ -6,7 +6,9 @@ The live loop on the double pendulum (config/double_pendulum_live.yaml; 16 CSVGD
 deviations + 0.05 kg of it (link1 converges more slowly; the dampings, slower still, are
 judged by `sysid demo` after a minute of windows).
 A controller-like subscriber decodes the estimates with `EstimateClient`; a dummy controller
-node receives the pushed link2 mass; bad joint states are counted in the diagnostics without
+node receives the pushed link2 mass (one atomic request per push, each response counted in the
+diagnostics: a wrongly typed parameter shows as rejected), `~/pause_push` stops the pushes and
+a tight `online.push_max_std` holds them back; bad joint states are counted in the diagnostics without
 stopping the estimates; a silent topic goes WARN, then STALE; SIGINT writes a readable
 posterior; a bad configuration stops the node with one message; the model can come from a
 latched robot_description topic. The payload pick-up is
@@ -27,7 +29,7 @@ import rclpy
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState, PointCloud2
 from std_msgs.msg import String
-from std_srvs.srv import Trigger
+from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory
 import yaml
 
@@ -64,11 +66,19 @@ OK, WARN, STALE = (_level(v) for v in (DiagnosticStatus.OK, DiagnosticStatus.WAR
                                        DiagnosticStatus.STALE))
 
 
-def _status(msg: DiagnosticArray, task: str) -> tuple[int, dict]:
+def _status(msg: DiagnosticArray, task: str, node: str = 'estimator') -> tuple[int, dict]:
     """Level and values of the estimator's status `task` (diagnostic_updater's naming)."""
-    status = next(s for s in msg.status if s.name == f'estimator: {task}')
+    status = next(s for s in msg.status if s.name == f'{node}: {task}')
     assert status.hardware_id == 'double_pendulum'
     return _level(status.level), {kv.key: kv.value for kv in status.values}
+
+
+def _latest_status(got: dict, task: str, node: str = 'estimator') -> tuple[int, dict] | None:
+    """The newest diagnostics of `node`'s `task` received, if any."""
+    for msg in reversed(got['diagnostics']):
+        if any(s.name == f'{node}: {task}' for s in msg.status):
+            return _status(msg, task, node)
+    return None
 
 
 @pytest.fixture(scope='module')
@@ -176,14 +186,62 @@ def test_parameters_are_declared_described_and_read_only(live, ros):
 
 
 def test_a_dummy_controller_receives_pushed_parameters(live, ros):
-    controller, client = live['controller'], live['client']
+    controller, got = live['controller'], live['got']
     assert ros.spin_until(lambda: controller.get_parameter(PUSHED).value != 0.0, 10.0)
     pushed = controller.get_parameter(PUSHED).value
     low, high = 0.5, 2.0                        # the configured bounds of link2.mass
     assert low <= pushed <= high
     # It is one of the recent means (pushes are rate limited, not every estimate).
-    recent = [e['link2.mass'][0] for e in live['got']['estimates'][-6:]]
+    recent = [e['link2.mass'][0] for e in got['estimates'][-6:]]
     assert min(abs(pushed - m) for m in recent) < 1e-9 or abs(pushed - recent[-1]) < 0.05
+    # Every response is counted; the controller took every push.
+    assert ros.spin_until(lambda: int(_latest_status(got, 'push')[1]['accepted']) >= 1, 10.0)
+    level, values = _latest_status(got, 'push')
+    assert level == OK and values['target'] == '/dummy_ctrl'
+    assert int(values['rejected']) == 0 and values['last_rejection'] == ''
+    assert int(values['sent']) >= int(values['accepted'])
+
+
+def test_a_push_the_controller_rejects_shows_in_diagnostics(live, ros):
+    """The controller's parameter becomes an integer: the pushed double is refused by its
+    parameter service, and the estimator reports it (WARN, the reason, the count)."""
+    controller, got = live['controller'], live['got']
+    rejected = int(_latest_status(got, 'push')[1]['rejected'])
+    controller.undeclare_parameter(PUSHED)
+    controller.declare_parameter(PUSHED, 0)
+    try:
+        assert ros.spin_until(
+            lambda: int(_latest_status(got, 'push')[1]['rejected']) > rejected, 15.0)
+        level, values = _latest_status(got, 'push')
+        assert level == WARN
+        assert values['last_rejection'].startswith('Wrong parameter type'), values
+        assert controller.get_parameter(PUSHED).value == 0
+    finally:
+        controller.undeclare_parameter(PUSHED)
+        controller.declare_parameter(PUSHED, 0.0)
+    # Accepted again once the controller takes doubles.
+    assert ros.spin_until(lambda: controller.get_parameter(PUSHED).value != 0.0, 15.0)
+    assert ros.spin_until(lambda: _latest_status(got, 'push')[0] == OK, 5.0)
+
+
+def test_the_pause_service_stops_pushes(live, ros):
+    got = live['got']
+    response = ros.call(SetBool, '/estimator/pause_push', SetBool.Request(data=True))
+    assert response.success and response.message == 'push paused'
+
+    def push_values():
+        return _latest_status(got, 'push')[1]
+
+    assert ros.spin_until(lambda: push_values()['paused'] == 'True', 5.0)
+    sent, held = int(push_values()['sent']), int(push_values()['held.paused'])
+    count = len(got['estimates'])
+    assert ros.spin_until(lambda: len(got['estimates']) >= count + 3, 20.0)
+    assert ros.spin_until(lambda: int(push_values()['held.paused']) >= held + 3, 5.0)
+    assert int(push_values()['sent']) == sent
+    response = ros.call(SetBool, '/estimator/pause_push', SetBool.Request(data=False))
+    assert response.success and response.message == 'push resumed'
+    assert ros.spin_until(lambda: int(push_values()['sent']) > sent, 15.0)
+    assert push_values()['paused'] == 'False'
 
 
 def test_diagnostics_report_rates_lag_and_ess(live, ros):
@@ -328,6 +386,31 @@ def test_sigint_during_inference_leaves_a_readable_posterior(live, ros, start_no
         summary = yaml.safe_load(f)
     assert summary['windows'] >= CONVERGED_WINDOWS and summary['divergences'] == 0
     assert sim.interrupt(timeout=60.0) == 0, sim.output()
+
+
+def test_a_push_is_held_back_while_the_posterior_is_too_wide(live, ros, start_node, tmp_path):
+    """With `online.push_max_std` far below any posterior std the estimator reaches, every
+    window's estimate is published but held back ('uncertain'): nothing is sent."""
+    got, node = live['got'], 'gated_estimator'
+    sim = start_node('sysid_ros.ros.sim_robot', *SIM_ARGS)
+    gated = start_node('sysid_ros.ros.estimator', '-r', f'__node:={node}',
+                       '--params-file', CONFIG, '-p', f'online.save_path:={tmp_path / "p"}',
+                       '-p', 'online.push_node:=/dummy_ctrl',
+                       '-p', f'online.push_parameters.link2.mass:={PUSHED}',
+                       '-p', 'online.push_max_std:=1e-6', '-p', 'online.push_rate:=2.0')
+
+    def held() -> int:
+        status = _latest_status(got, 'push', node)
+        return int(status[1]['held.uncertain']) if status else 0
+
+    assert ros.spin_until(lambda: held() >= 2 or not gated.running(), START_TIMEOUT), \
+        gated.output()
+    level, values = _latest_status(got, 'push', node)
+    assert level == OK and values['paused'] == 'False'
+    assert (values['sent'], values['accepted'], values['rejected']) == ('0', '0', '0')
+    assert int(_latest_status(got, 'estimator', node)[1]['windows']) >= 2
+    gated.kill()
+    sim.kill()
 
 
 def test_an_unknown_parameter_stops_the_node_with_one_clear_message(typo_run):
