@@ -1,5 +1,5 @@
 # Entry points for developers and CI. Everything runs from the pinned virtualenv .venv/, which
-# the first target that needs it creates from requirements.txt.
+# the first target that needs it creates from requirements.txt on Python 3.12 (see PYTHON).
 #
 #   make test        fast tests (what CI runs, through .ci/run)
 #   make test-slow   the experiments marked @pytest.mark.slow
@@ -13,7 +13,20 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # Written after a complete install; requirements.txt or setup.* newer than it -> reinstall.
 STAMP := $(VENV)/.installed
-BOOTSTRAP_PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# .venv runs on Python 3.12: JAX after 0.10.2 needs >= 3.12 (0.10.2 miscompiles batched float64
+# code on CPU, jax-ml/jax#39103) and 3.12 is ROS 2 Jazzy/Kilted's Python on Ubuntu 24.04. The
+# interpreter that creates it is the first of python3.12 on PATH and pyenv's 3.12.x (newest
+# first) that runs (a pyenv shim for a version not selected does not). There is no fallback to
+# another version: the pins in requirements.txt are checked on 3.12 only, and the last ones that
+# ran on 3.11 compute wrong numbers. `make BOOTSTRAP_PYTHON=/path/to/python3.12` names one.
+PYTHON := 3.12
+IS_PYTHON := -c 'import sys; sys.exit("%d.%d" % sys.version_info[:2] != "$(PYTHON)")'
+BOOTSTRAP_PYTHON ?= $(shell \
+    pyenv_root=$$(pyenv root 2>/dev/null || echo "$${PYENV_ROOT:-$$HOME/.pyenv}"); \
+    for py in python$(PYTHON) $$(ls -d "$$pyenv_root"/versions/$(PYTHON).*/bin/python$(PYTHON) \
+                                  2>/dev/null | sort -rV); do \
+        "$$py" $(IS_PYTHON) 2>/dev/null && { command -v "$$py"; break; }; \
+    done)
 PYTEST_WORKERS ?= 2
 COLCON_DIR ?= $(or $(TMPDIR),/tmp)/sysid_ros_colcon
 
@@ -27,15 +40,20 @@ export FASTDDS_DEFAULT_PROFILES_FILE := $(CURDIR)/config/fastdds_localhost.xml
 
 .venv: $(STAMP)
 
-$(PY):
-	@test -n "$(BOOTSTRAP_PYTHON)" || { echo "error: python3.11 (or python3) not found" >&2; exit 1; }
-	$(BOOTSTRAP_PYTHON) -m venv $(VENV)
-
 # `pip install -e .` builds a PEP 660 editable wheel, so pip writes the `sysid` console script
 # into .venv/bin; the [develop]/[install] script_dir settings in setup.cfg are read only by
 # `setup.py develop/install`, i.e. by colcon (which puts it in lib/sysid_ros for `ros2 run`).
-# The last check guards that split.
-$(STAMP): requirements.txt setup.py setup.cfg | $(PY)
+# The last check guards that split. A .venv on another Python (an older checkout made it on 3.11)
+# is made anew.
+$(STAMP): requirements.txt setup.py setup.cfg
+	@if [ -e $(VENV) ] && ! $(PY) $(IS_PYTHON) 2>/dev/null; then \
+	    echo "$(VENV) does not run Python $(PYTHON): making it anew"; rm -rf $(VENV); fi
+	@test -x $(PY) || "$(BOOTSTRAP_PYTHON)" $(IS_PYTHON) 2>/dev/null || { \
+	    echo "error: .venv needs Python $(PYTHON), and $(if $(BOOTSTRAP_PYTHON),BOOTSTRAP_PYTHON=$(BOOTSTRAP_PYTHON) is not it,neither python$(PYTHON) on PATH nor pyenv has it)." \
+	         "Install it (Ubuntu 24.04: apt install python$(PYTHON)-venv; or pyenv install $(PYTHON))" \
+	         "or name it: make BOOTSTRAP_PYTHON=/path/to/python$(PYTHON)" >&2; \
+	    exit 1; }
+	test -x $(PY) || $(BOOTSTRAP_PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install -r requirements.txt
 	$(PY) -m pip install -e . --no-deps
