@@ -5,6 +5,7 @@
 
 Both nodes read the same problem file; `sim_robot` perturbs the nominal model into a hidden
 ground truth that it publishes on `sim_robot/ground_truth` for scoring.
+The estimator is a managed node, configured and then activated by this launch.
 """
 
 import os
@@ -13,7 +14,9 @@ from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
 from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
+from launch_ros.actions import LifecycleNode, Node
+
+from sysid_ros.ros import lifecycle_launch
 
 PACKAGE = 'sysid_ros'
 
@@ -22,6 +25,10 @@ def generate_launch_description():
     config = LaunchConfiguration('config')
     default_config = os.path.join(
         get_package_share_directory(PACKAGE), 'config', 'double_pendulum_live.yaml')
+    estimator = LifecycleNode(
+        package=PACKAGE, executable='estimator', name='estimator',
+        namespace=LaunchConfiguration('namespace'), output='screen',
+        parameters=[config, {'config': config, 'autostart': False}])
     return LaunchDescription([
         DeclareLaunchArgument(
             'config', default_value=default_config,
@@ -32,8 +39,6 @@ def generate_launch_description():
         DeclareLaunchArgument(
             'namespace', default_value='sysid',
             description='Namespace of the estimator and its topics.'),
-        Node(
-            package=PACKAGE, executable='estimator', name='estimator',
-            namespace=LaunchConfiguration('namespace'), output='screen',
-            parameters=[config, {'config': config}]),
+        estimator,
+        *lifecycle_launch.configure_then_activate(estimator),
     ])

@@ -85,9 +85,15 @@ def _console_scripts():
     return scripts
 
 
+def _node_calls(tree):
+    """The Node(...) and LifecycleNode(...) actions of a launch file."""
+    return _calls(tree, 'Node') + _calls(tree, 'LifecycleNode')
+
+
 def _named_executables(tree):
-    """Executables of Node(executable=...) and of os.path.join(prefix, 'lib', PACKAGE, NAME)."""
-    names = [keyword.value.value for call in _calls(tree, 'Node') for keyword in call.keywords
+    """Executables of (Lifecycle)Node(executable=...) and of os.path.join(prefix, 'lib',
+    PACKAGE, NAME)."""
+    names = [keyword.value.value for call in _node_calls(tree) for keyword in call.keywords
              if keyword.arg == 'executable' and isinstance(keyword.value, ast.Constant)]
     for call in _calls(tree, 'join'):
         constants = _constants(call)
@@ -156,7 +162,7 @@ def _estimator_namespaces(tree):
                 for keyword in call.keywords if keyword.arg == 'default_value'
                 and isinstance(keyword.value, ast.Constant)}
     namespaces = []
-    for call in _calls(tree, 'Node'):
+    for call in _node_calls(tree):
         keywords = {keyword.arg: keyword.value for keyword in call.keywords}
         if getattr(keywords.get('executable'), 'value', None) != 'estimator':
             continue
@@ -173,3 +179,27 @@ def test_the_estimate_client_default_topic_is_the_launched_estimators():
                   for ns in _estimator_namespaces(_launch_tree(path))]
     assert namespaces and set(namespaces) == {'sysid'}
     assert estimate_client.DEFAULT_TOPIC == '/sysid/estimator/estimate'
+
+
+def _estimator_calls(tree):
+    return [call for call in _node_calls(tree)
+            if any(keyword.arg == 'executable' and getattr(keyword.value, 'value', None)
+                   == 'estimator' for keyword in call.keywords)]
+
+
+@pytest.mark.parametrize('path', LAUNCH_FILES, ids=_ids(LAUNCH_FILES))
+def test_launch_files_drive_the_managed_estimator_through_its_transitions(path):
+    """The estimator is a LifecycleNode with autostart off, and the file emits the
+    configure-then-activate transition events for it (`ros.lifecycle_launch`)."""
+    tree = _launch_tree(path)
+    estimators = _estimator_calls(tree)
+    if not estimators:
+        pytest.skip(f'{path.name} starts no estimator')
+    assert [call.func.id for call in estimators] == ['LifecycleNode']
+    [parameters] = [keyword.value for keyword in estimators[0].keywords
+                    if keyword.arg == 'parameters']
+    overrides = [element for element in parameters.elts if isinstance(element, ast.Dict)]
+    assert any(getattr(key, 'value', None) == 'autostart' and value.value is False
+               for override in overrides for key, value in zip(override.keys, override.values))
+    [driven] = [call for call in _calls(tree, 'configure_then_activate')]
+    assert [arg.id for arg in driven.args] == ['estimator']

@@ -3,7 +3,18 @@
     ros2 run sysid_ros estimator --ros-args --params-file config/double_pendulum_live.yaml
     python -m sysid_ros.ros.estimator --ros-args -p config:=config/double_pendulum_live.yaml
 
-Parameters (read once, at start, so all declared read-only):
+Lifecycle (a managed node, rclpy.lifecycle): configure reads the parameters, builds the model
+(from the config, `robot_description` or its topic), checks it against Pinocchio, creates
+the topics and services below and compiles the estimator (tens of seconds; a failure leaves
+the node unconfigured with the reason logged); activate consumes the measurements (from an
+empty window buffer), publishes and pushes; deactivate stops that, keeping the posterior;
+cleanup and shutdown write the posterior to `online.save_path` (once it saw a window) and
+release the topics. With `autostart` (bool, default true) the node configures and activates
+itself at start, and a configure failure exits (status 2 or 3, below); with
+`autostart:=false` it waits unconfigured for a lifecycle manager (`ros2 lifecycle set /sysid/estimator configure`, launch_ros's
+LifecycleNode with ChangeState events as in launch/sysid.launch.py).
+
+Parameters (read once, at configure, so all declared read-only):
   * the configuration contract (`model.*`, `parameters.*`, `data.*`, `estimator.*`,
     `online.*`; see ARCHITECTURE.md and `io.config.OnlineConfig`) from a params file, and/or
   * `config` (string): a problem YAML file; keys given as ROS parameters override it;
@@ -93,8 +104,8 @@ from geometry_msgs.msg import InertiaStamped, PoseStamped
 import jax
 import rclpy
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import ExternalShutdownException
-from rclpy.node import Node
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.task import Future
 from sensor_msgs.msg import JointState, PointCloud2
 from std_msgs.msg import Float64MultiArray, String
@@ -123,6 +134,8 @@ _NODE_PARAMETERS = (
      'latched on this std_msgs/String topic', None),
     ('robot_description_timeout', 30.0, 'longest wait for robot_description_topic [s]', 0.0),
     ('verify_samples', 8, 'random states of the check against Pinocchio (0: skip it)', 0),
+    ('autostart', True, 'configure and activate at start (false: wait in unconfigured for a '
+     'lifecycle manager)', None),
 )
 
 
@@ -130,12 +143,85 @@ class ModelMismatch(Exception):
     """The JAX model disagrees with Pinocchio on the URDF."""
 
 
-class EstimatorNode(Node):
-    """The live estimator node (see the module doc for parameters, topics and services)."""
+class EstimatorNode(LifecycleNode):
+    """The live estimator node (see the module doc for parameters, topics, services and its
+    lifecycle)."""
 
     def __init__(self, **kwargs):
         super().__init__('estimator', **kwargs)
         self._settings = params.node_parameters(self, _NODE_PARAMETERS)
+        self.autostart = self._settings['autostart']
+        self.failure: Exception | None = None   # why the last configure failed
+        self._owned: list = []                  # (destroy, entity) made by configure
+        self._stats_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._active = threading.Event()
+        self._worker: threading.Thread | None = None
+        self._configured = False
+
+    def start(self) -> None:
+        """Configure and activate (what `autostart` does).
+
+        Raises:
+          The exception that made configure fail (InputError, ModelMismatch, ...).
+        """
+        if self.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+            raise self.failure
+        self.trigger_activate()
+
+    # ------------------------------------------------------------------------------------------
+    # Lifecycle transitions
+    # ------------------------------------------------------------------------------------------
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Read the configuration, build and check the model, compile the estimator."""
+        try:
+            self._configure()
+        except Exception as exc:                # reported by `start` or logged here
+            self.failure = exc
+            self._release()
+            if not self.autostart:
+                self.get_logger().error(f'configure failed: {exc}')
+            expected = isinstance(exc, (InputError, ModelMismatch))
+            return TransitionCallbackReturn.FAILURE if expected else TransitionCallbackReturn.ERROR
+        self.failure = None
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Consume measurements, publish and push (from new data: the buffer starts empty)."""
+        self.buffer.clear()
+        self._active.set()
+        self.get_logger().info('active')
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Stop consuming, publishing and pushing; the posterior is kept."""
+        self._active.clear()
+        self.get_logger().info('inactive')
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Save the posterior and release what configure made."""
+        self.teardown()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Save the posterior (if configured) and release everything."""
+        self.teardown()
+        return TransitionCallbackReturn.SUCCESS
+
+    def _own(self, destroy, entity):
+        """Remember an entity made by configure, to destroy on cleanup; returns it."""
+        self._owned.append((destroy, entity))
+        return entity
+
+    def _release(self) -> None:
+        """Destroy what configure made (its parameters stay declared: they are read-only)."""
+        for destroy, entity in reversed(self._owned):
+            destroy(entity)
+        self._owned.clear()
+
+    def _configure(self) -> None:
         self.problem = problem = pipeline.build_problem(self._read_config())
         cfg = problem.config
         params.declare(self, params.config_parameters(cfg))
@@ -164,37 +250,47 @@ class EstimatorNode(Node):
         params.check_given(self)            # every parameter given is now declared
         self._check_model(self._settings['verify_samples'])
 
-        self._estimate_pub = self.create_publisher(JointState, '~/estimate', qos.LATCHED)
+        def publisher(msg_type, topic):
+            return self._own(self.destroy_lifecycle_publisher,
+                             self.create_lifecycle_publisher(msg_type, topic, qos.LATCHED))
+
+        self._estimate_pub = publisher(JointState, '~/estimate')
         self._inertia_pubs = {
-            body.name: self.create_publisher(InertiaStamped, f'~/inertia/{body.name}',
-                                             qos.LATCHED)
+            body.name: publisher(InertiaStamped, f'~/inertia/{body.name}')
             for body in problem_io.identified_inertias(problem, self.session.estimate()[0])}
-        self._particles_pub = self.create_publisher(PointCloud2, '~/particles', qos.LATCHED)
-        self._measured_pub = self.create_publisher(JointTrajectory, '~/measured', qos.LATCHED)
-        self._predicted_pub = self.create_publisher(JointTrajectory, '~/predicted', qos.LATCHED)
-        self._urdf_pub = self.create_publisher(String, '~/robot_description', qos.LATCHED)
-        self._diag_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
-        self.create_service(Trigger, '~/reset', self._on_reset)
-        self.create_service(Trigger, '~/save', self._on_save)
-        self.create_service(SetBool, '~/pause_push', self._on_pause_push)
+        self._particles_pub = publisher(PointCloud2, '~/particles')
+        self._measured_pub = publisher(JointTrajectory, '~/measured')
+        self._predicted_pub = publisher(JointTrajectory, '~/predicted')
+        self._urdf_pub = publisher(String, '~/robot_description')
+        self._diag_pub = self._own(self.destroy_publisher,
+                                   self.create_publisher(DiagnosticArray, '/diagnostics', 10))
+        for srv_type, name, callback in ((Trigger, '~/reset', self._on_reset),
+                                         (Trigger, '~/save', self._on_save),
+                                         (SetBool, '~/pause_push', self._on_pause_push)):
+            self._own(self.destroy_service, self.create_service(srv_type, name, callback))
         self._push = None
         if cfg.online.push_node and cfg.online.push_parameters:
             self._push = parameter_push.ParameterPush(
                 self, cfg.online.push_node, cfg.online.push_parameters, problem.names,
                 cfg.parameters.bounds, cfg.online.push_max_std, cfg.online.push_rate)
+            self._own(self.destroy_client, self._push.client)
 
-        self._stats_lock = threading.Lock()
+        start = time.perf_counter()
+        self.session.warm_up(pipeline.simulate(
+            problem, duration=self._online.window_length + self._online.hop))
+        self.get_logger().info(f'estimator compiled in {time.perf_counter() - start:.1f} s')
         self._last: online.WindowResult | None = None
         self._lag = float('nan')
-        self._stop = threading.Event()
-        self._ready = threading.Event()         # compiled and running
+        self._stop.clear()
         self._worker = threading.Thread(target=self._work, name='estimator-worker',
                                         daemon=True)
+        self._worker.start()
         # Wall (steady) time: on sim time a paused or finished replay would stop the timer,
         # and with it the diagnostics that report the silence.
-        self.create_timer(1.0 / cfg.online.diagnostics_rate, self._publish_diagnostics,
-                          clock=Clock(clock_type=ClockType.STEADY_TIME))
-        self._worker.start()
+        self._own(self.destroy_timer, self.create_timer(
+            1.0 / cfg.online.diagnostics_rate, self._publish_diagnostics,
+            clock=Clock(clock_type=ClockType.STEADY_TIME)))
+        self._configured = True
         self.get_logger().info(
             f'{problem.model.name}: estimating {", ".join(problem.names)} with '
             f'{cfg.estimator.method} ({cfg.estimator.particles} particles, '
@@ -209,8 +305,9 @@ class EstimatorNode(Node):
 
     def _subscribe(self, msg_type, topic: str, callback) -> None:
         """A measurement subscription: `qos.SENSOR_INPUT`, overridable by parameters."""
-        self.create_subscription(msg_type, topic, callback, qos.SENSOR_INPUT,
-                                 qos_overriding_options=qos.INPUT_OVERRIDES)
+        self._own(self.destroy_subscription, self.create_subscription(
+            msg_type, topic, callback, qos.SENSOR_INPUT,
+            qos_overriding_options=qos.INPUT_OVERRIDES))
 
     def _read_config(self) -> config_io.Config:
         """The configuration from `config` and the params-file keys (those override)."""
@@ -237,17 +334,23 @@ class EstimatorNode(Node):
         return cfg
 
     def _wait_for_description(self, topic: str, timeout: float) -> str:
-        """The first URDF published on `topic` (latched), spinning this node for it."""
+        """The first URDF published on `topic` (latched), received by a helper node in this
+        node's namespace and context (configure may run inside this node's executor)."""
         received = Future()
         def on_description(msg: String) -> None:
             if not received.done():
                 received.set_result(msg.data)
 
-        sub = self.create_subscription(String, topic, on_description, qos.LATCHED)
+        helper = rclpy.create_node(f'{self.get_name()}_robot_description',
+                                   namespace=self.get_namespace(), context=self.context)
         try:
-            rclpy.spin_until_future_complete(self, received, timeout_sec=timeout)
+            helper.create_subscription(String, topic, on_description, qos.LATCHED)
+            executor = SingleThreadedExecutor(context=self.context)
+            executor.add_node(helper)
+            executor.spin_until_future_complete(received, timeout_sec=timeout)
+            executor.shutdown()
         finally:
-            self.destroy_subscription(sub)
+            helper.destroy_node()
         if not received.done() or not received.result().strip():
             raise config_io.ConfigError(f'robot_description_topic: no URDF on {topic} within '
                                         f'{timeout:g} s')
@@ -273,22 +376,27 @@ class EstimatorNode(Node):
     # Callbacks: append only
     # ------------------------------------------------------------------------------------------
 
-    def _seen(self, topic: str) -> None:
+    def _seen(self, topic: str) -> bool:
+        """Count a message on `topic`; returns whether to consume it (active)."""
         self._last_seen[topic] = time.monotonic()
         self._counts[topic] += 1
+        return self._active.is_set()
 
     def _on_joint_state(self, msg: JointState) -> None:
-        self._seen(self._topics[0])
+        if not self._seen(self._topics[0]):
+            return
         m = messages.joint_state_to_arrays(msg)
         self.buffer.add_joint_state(m.t, m.names, m.position, m.velocity, m.effort)
 
     def _on_command(self, msg: Float64MultiArray) -> None:
-        self._seen(self._topics[1])
+        if not self._seen(self._topics[1]):
+            return
         now = self.get_clock().now().nanoseconds * 1e-9
         self.buffer.add_torque_command(now, messages.torque_command_to_array(msg))
 
     def _on_pose(self, body: str, msg: PoseStamped) -> None:
-        self._seen(body)
+        if not self._seen(body):
+            return
         p = messages.pose_to_arrays(msg)
         self.buffer.add_pose(body, p.t, p.position, p.orientation)
 
@@ -325,21 +433,17 @@ class EstimatorNode(Node):
     # ------------------------------------------------------------------------------------------
 
     def _work(self) -> None:
-        """Compile on a synthetic window, then estimate on each newest ready window."""
+        """While active, estimate on each newest ready window and publish."""
         try:
-            start = time.perf_counter()
-            self.session.warm_up(pipeline.simulate(
-                self.problem, duration=self._online.window_length + self._online.hop))
-            self.get_logger().info(f'estimator compiled in {time.perf_counter() - start:.1f} s')
-            self._ready.set()
             while not self._stop.is_set():
-                if not self.buffer.wait_ready(_POLL):
+                if not self._active.wait(_POLL) or not self.buffer.wait_ready(_POLL):
                     continue
                 window = self.buffer.pop_window(latest=True)
                 if window is None or self._stop.is_set():
                     continue
                 result = self.session.update(window)
-                self._publish(result, window, result.predicted)
+                if self._active.is_set():       # not deactivated meanwhile
+                    self._publish(result, window, result.predicted)
         except Exception as exc:                 # report, keep the node (and its files) alive
             if not self._stop.is_set():
                 self.get_logger().error(f'estimator worker stopped: {exc!r}')
@@ -407,11 +511,10 @@ class EstimatorNode(Node):
             f'{rejected} messages rejected' if rejected else 'ok', buffer_values))
         with self._stats_lock:
             last, lag = self._last, self._lag
+        active = self._active.is_set()
         values = {'windows': self.session.windows, 'divergences': self.session.divergences,
-                  'ready': self._ready.is_set()}
+                  'active': active}
         level, message = DiagnosticStatus.OK, 'waiting for data'
-        if not self._ready.is_set():
-            message = 'compiling'
         if last is not None:
             values.update(iteration_time_s=f'{last.iteration_time:.4f}', lag_s=f'{lag:.4f}',
                           ess=f'{last.ess:.3f}', loss=f'{last.loss:.6g}',
@@ -421,6 +524,8 @@ class EstimatorNode(Node):
                 level, message = DiagnosticStatus.WARN, 'last window diverged; posterior reset'
             elif last.iteration_time > self._online.hop:
                 level, message = DiagnosticStatus.WARN, 'inference slower than the hop'
+        if not active:
+            level, message = DiagnosticStatus.OK, 'inactive'
         statuses.append(self._status('estimator', level, message, values))
         if self._push is not None:
             warn, message, values = self._push.status()
@@ -437,19 +542,28 @@ class EstimatorNode(Node):
     # Shutdown
     # ------------------------------------------------------------------------------------------
 
-    def shutdown(self) -> str | None:
-        """Stop the worker and write the posterior to `online.save_path` (if set); returns
-        the .npz path written."""
+    def teardown(self) -> str | None:
+        """Undo configure (cleanup, shutdown, and at exit where the context is already shut
+        down): stop the worker, release what configure made and write the posterior to
+        `online.save_path` (if set and it saw a window). Returns the .npz path written; does
+        nothing unless configured."""
+        if not self._configured:
+            return None
+        self._configured = False
+        self._active.clear()
         self._stop.set()
         self._worker.join(timeout=2.0)
+        self._release()
         path = self._online.save_path
-        if not path:
+        if not path or not self.session.windows:    # keep a file from an earlier session
             return None
-        return self.session.save(path, timeout=2.0)[0]
+        saved = self.session.save(path, timeout=2.0)[0]
+        self.get_logger().info(f'posterior written to {saved}')
+        return saved
 
     def worker_busy(self) -> bool:
-        """Whether the worker is still inside a window (after `shutdown`'s wait)."""
-        return self._worker.is_alive()
+        """Whether the worker is still inside a window (after `teardown`'s wait)."""
+        return self._worker is not None and self._worker.is_alive()
 
 
 def main(args=None) -> int:
@@ -461,6 +575,8 @@ def main(args=None) -> int:
         with rclpy.init(args=args):
             try:
                 node = EstimatorNode()
+                if node.autostart:
+                    node.start()
                 rclpy.spin(node)
             except (KeyboardInterrupt, ExternalShutdownException):
                 pass
@@ -469,7 +585,7 @@ def main(args=None) -> int:
                     raise
             finally:
                 if node is not None:
-                    saved = node.shutdown()
+                    saved = node.teardown()     # not a transition: the context may be down
                     if saved:
                         print(f'estimator: posterior written to {saved}', file=sys.stderr,
                               flush=True)

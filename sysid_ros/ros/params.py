@@ -55,8 +55,10 @@ def given(node: Node) -> dict[str, Any]:
 
 
 def declare(node: Node, declarations: Sequence[Declaration]) -> None:
-    """Declare `declarations` on `node` with their values (overrides already applied)."""
-    node.declare_parameters('', [tuple(d) for d in declarations], ignore_override=True)
+    """Declare `declarations` on `node` with their values (overrides already applied); those
+    already declared (a lifecycle node configured again) stay as they are: read-only."""
+    node.declare_parameters('', [tuple(d) for d in declarations
+                                 if not node.has_parameter(d.name)], ignore_override=True)
 
 
 def node_parameters(node: Node, specs: Sequence[tuple[str, Any, str, float | None]]
