@@ -29,6 +29,7 @@ import math
 import os
 import re
 from typing import Any, Mapping
+from xml.parsers.expat import ExpatError
 
 import yaml
 
@@ -90,6 +91,7 @@ _UNUSED_BY_ACTUATOR = {
 _BOUND_KEYS = ('min', 'max', 'init')
 _URI = re.compile(r'^[A-Za-z][A-Za-z0-9+.\-]*:')          # example-robot-data:panda
 _PACKAGE_URI = 'package://'
+_XACRO_SUFFIX = '.xacro'
 _ROS_NAME = re.compile(r'^(~/?|/)?[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$')
 _SCIENTIFIC = re.compile(r'^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$')  # '1e-3': a str in YAML 1.1
 
@@ -241,7 +243,8 @@ class ModelConfig:
     """`model:` the robot, its joints and its actuator and integrator models.
 
     Attributes:
-      urdf: URDF file (relative paths resolve against the config file's directory), the URDF
+      urdf: URDF file (relative paths resolve against the config file's directory; a
+        `.xacro` file is expanded, without arguments, by the `xacro` package), the URDF
         XML itself, or a reference such as `example-robot-data:panda` that `io.model_io`
         resolves. Exactly one of `urdf` and `builder` is set.
       builder: name of a canonical system in `core.builders` (e.g. `double_pendulum`).
@@ -316,23 +319,37 @@ def _payload(d: Mapping[str, Any], path: str | None) -> dict[str, Any]:
 
 def _resolve_urdf(urdf: str, path: str | None) -> str:
     """Resolve a URDF file path against the config's folder and `package://PKG/FILE` in PKG's
-    share folder; keep XML and other `scheme:` refs."""
+    share folder, expand a `.xacro` file to URDF XML; keep XML and other `scheme:` refs."""
+    if urdf.lstrip().startswith('<') or (_URI.match(urdf)
+                                         and not urdf.startswith(_PACKAGE_URI)):
+        return urdf
     if urdf.startswith(_PACKAGE_URI):
         resolved = _package_file(urdf, path)
-        if not os.path.isfile(resolved):
-            raise _error(path, 'model.urdf', f'expected an existing URDF file, got {urdf!r} '
-                         f'(looked for {resolved})')
-        return resolved
-    if urdf.lstrip().startswith('<') or _URI.match(urdf):
-        return urdf
-    resolved = os.path.expanduser(urdf)
-    if not os.path.isabs(resolved) and path is not None:
-        resolved = os.path.join(os.path.dirname(os.path.abspath(path)), resolved)
-    resolved = os.path.normpath(resolved)
+    else:
+        resolved = os.path.expanduser(urdf)
+        if not os.path.isabs(resolved) and path is not None:
+            resolved = os.path.join(os.path.dirname(os.path.abspath(path)), resolved)
+        resolved = os.path.normpath(resolved)
     if not os.path.isfile(resolved):
         raise _error(path, 'model.urdf', f'expected an existing URDF file, got {urdf!r} '
                      f'(looked for {resolved})')
+    if resolved.endswith(_XACRO_SUFFIX):
+        return _expand_xacro(resolved, path)
     return resolved
+
+
+def _expand_xacro(file: str, path: str | None) -> str:
+    """The URDF XML that the `xacro` package (what `ros2 run xacro xacro FILE` runs) makes of
+    FILE, with its default arguments."""
+    try:
+        import xacro
+    except ImportError as exc:
+        raise _error(path, 'model.urdf', f'{file}: a .xacro file needs the xacro package '
+                     '(pip install xacro, or a ROS 2 install)') from exc
+    try:
+        return xacro.process_file(file).toxml()
+    except (xacro.XacroException, ExpatError) as exc:
+        raise _error(path, 'model.urdf', f'{file}: xacro: {exc}') from exc
 
 
 def _package_file(uri: str, path: str | None) -> str:
