@@ -442,6 +442,10 @@ class EstimatorNode(LifecycleNode):
                 if window is None or self._stop.is_set():
                     continue
                 result = self.session.update(window)
+                if result.diverged:
+                    self.get_logger().warning(
+                        f'window {result.index} ({window.t[0]:.3f} to {result.t_end:.3f} s) '
+                        'diverged; the posterior went back to the last good one')
                 if self._active.is_set():       # not deactivated meanwhile
                     self._publish(result, window, result.predicted)
         except Exception as exc:                 # report, keep the node (and its files) alive
