@@ -59,6 +59,7 @@ __all__ = [
     'method_options',
     'fit_estimator',
     'identifiability_report',
+    'fitted_starts',
     'Diagnosis',
     'diagnose',
 ]
@@ -368,6 +369,8 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
     except ValueError as exc:
         raise _method_error(problem, exc) from exc
     prepared = estimator_data.method_data(problem, trajs, entry.data, theta=window_theta)
+    if point is not None and entry.data == 'shooting':
+        prepared = fitted_starts(problem, prepared, point.estimate)
     info.update(prepared.info)
     target, data, schedule = _minibatches(problem, entry, prepared, seed)
     next_data = (lambda: data) if schedule is None else (
@@ -445,6 +448,24 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
                      best=point_estimate, covariance=covariance,
                      covariance_dof=covariance_dof, converged=diagnosis.converged, convergence=diagnosis.reason,
                      warnings=diagnosis.warnings)
+
+
+def fitted_starts(problem: Problem, prepared: estimator_data.MethodData, theta
+                   ) -> estimator_data.MethodData:
+    """The shooting data with each single-shooting window's start state fitted to its
+    window at `theta` (M,) (`likelihood.fit_window_starts`) instead of the noisy measured
+    one, which the Bayesian likelihood would otherwise hold fixed (errors in variables);
+    unchanged for multiple shooting (its later windows start at free shooting states)."""
+    if prepared.target.likelihood.num_windows != 1:
+        return prepared
+    setting = prepared.target.likelihood
+    key = ('fit_window_starts', problem.model, problem.spec, setting,
+           params_digest(problem.base_params))
+    fit = cached(key, lambda: jax.jit(
+        lambda t, data: lik.fit_window_starts(setting, problem.spec.to_params(
+            t, problem.base_params), data)))
+    data = prepared.data
+    return prepared._replace(data=data._replace(x0=fit(jnp.asarray(theta), data)))
 
 
 def _start_summary(point: FitResult) -> str:
