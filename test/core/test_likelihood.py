@@ -141,3 +141,20 @@ def test_fitted_window_starts_are_the_least_squares_starts():
     fitted = np.asarray(fit(noisy)[0])
     np.testing.assert_allclose(fitted, reference, atol=1e-8)
     assert np.linalg.norm(fitted - clean.x0[0]) < 0.2 * np.linalg.norm(offset)
+
+
+def test_residual_noise_std_recovers_the_noise_of_the_data():
+    """Gaussian noise of known std on a true trajectory: the residuals at the truth, starts
+    fitted, give that std per dimension (within sampling error), whatever the assumed one."""
+    single = lk.make_shooting_likelihood(dp.MODEL, dp.DT, 1, 'product', None,
+                                         integrator=dp.INTEGRATOR, actuator=dp.ACTUATOR)
+    steps = 400
+    states = np.stack([dp.simulate(1.0, 2.0, steps)])
+    noise = np.array([1e-3, 2e-3, 5e-3, 1e-2])
+    noisy = states + np.random.default_rng(5).normal(size=states.shape) * noise
+    data = lk.make_trajectory_data(single, noisy, np.zeros((1, steps, 2)), 10.0 * noise)
+    params = dp.make_params_fn()(jnp.asarray(dp.theta_from_lengths([1.0, 2.0])))
+    data = data._replace(x0=lk.fit_window_starts(single, params, data))
+    estimate = lk.residual_noise_std(single, params, data, num_free=4)
+    # The std of a sample std over n = 401 samples is about 1 / sqrt(2 n) = 3.5 %.
+    np.testing.assert_allclose(estimate, noise, rtol=0.12)

@@ -76,6 +76,7 @@ __all__ = [
     'log_likelihood',
     'window_residuals',
     'fit_window_starts',
+    'residual_noise_std',
     'residual_normaliser',
     'residual_loss',
 ]
@@ -520,6 +521,18 @@ def fit_window_starts(likelihood: ShootingLikelihood, params: Params, data: Traj
         return jax.lax.scan(step, x0, None, length=iterations)[0]
 
     return jax.vmap(refine)(data.x0, data.controls, data.observations)
+
+
+def residual_noise_std(likelihood: ShootingLikelihood, params: Params, data: TrajectoryData,
+                       num_free: int) -> jax.Array:
+    """(O,) noise std per observed dimension from the residuals of single-shooting windows
+    started at `data.x0`: data.noise_std times the root mean square of the normalised
+    residuals, with `num_free` fitted values (parameters and starts) taken from the degrees
+    of freedom in proportion to the dimensions."""
+    k, num_samples, o = data.observations.shape
+    r = window_residuals(likelihood, params, data.x0, data).reshape(k, num_samples, o)
+    dof = jnp.maximum(k * num_samples - num_free / o, 1.0)
+    return data.noise_std * jnp.sqrt(jnp.sum(jnp.square(r), axis=(0, 1)) / dof)
 
 
 def _trajectory_log_normaliser(data: TrajectoryData) -> jax.Array:
