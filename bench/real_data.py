@@ -124,16 +124,21 @@ def ibm_problem(source: str) -> exp2.Problem:
                         metric_scale=test.reshape(-1, 4).std(axis=0))
 
 
+def print_seed_comparison(ours: dict) -> None:
+    """Our KL both ways and MMD (keys of SEED_CSVGD) beside the seed's CSVGD figures."""
+    print(f'{"metric":16}{"ours":>12}{"seed CSVGD":>12}')
+    for key, label in (('kl_real_sim', 'KL(real||sim)'), ('kl_sim_real', 'KL(sim||real)'),
+                       ('mmd', 'MMD')):
+        print(f'{label:16}{ours[key]:12.4g}{SEED_CSVGD[key]:12.4g}')
+
+
 def run_ibm(source: str, quick: bool, out: str) -> dict:
     start = time.perf_counter()
     problem = ibm_problem(source)
     row = exp2.run_method(problem, 'svgd', 'ms', progress=print, **IBM_SIZES[quick])
     print(f'\nIBM double pendulum, CSVGD ({row.theta.shape[0]} particles), train run '
           f'{IBM_TRAIN_RUN}, held-out runs {IBM_TEST_RUNS[0]}-{IBM_TEST_RUNS[-1]} (3 s each)')
-    print(f'{"metric":16}{"ours":>12}{"seed CSVGD":>12}')
-    for key, label in (('kl_real_sim', 'KL(real||sim)'), ('kl_sim_real', 'KL(sim||real)'),
-                       ('mmd', 'MMD')):
-        print(f'{label:16}{getattr(row, key):12.4g}{SEED_CSVGD[key]:12.4g}')
+    print_seed_comparison({key: getattr(row, key) for key in SEED_CSVGD})
     print(f'diverged held-out simulations: {row.num_diverged}')
     print(f'{"parameter":24}{"mean":>10}{"std":>10}   bounds')
     for (label, _, bounds), mean, std in zip(exp2.TABLE1, row.theta.mean(0), row.theta.std(0)):
@@ -180,10 +185,7 @@ def run_ibm_cli(source: str, out: str) -> dict:
     print(f'\nIBM through the CLI: sysid fit exit {code} in {fit_s:.0f} s; held-out runs '
           f'{IBM_TEST_RUNS[0]}-{IBM_TEST_RUNS[-1]}, {scores["num_segments"]} segments of '
           f'{scores["horizon"]} steps')
-    print(f'{"metric":16}{"ours":>12}{"seed CSVGD":>12}')
-    for key, label in (('kl_real_sim', 'KL(real||sim)'), ('kl_sim_real', 'KL(sim||real)'),
-                       ('mmd', 'MMD')):
-        print(f'{label:16}{scores[key]:12.4g}{SEED_CSVGD[key]:12.4g}')
+    print_seed_comparison(scores)
     return dict(ibm_cli_mmd=scores['mmd'], ibm_cli_kl_real_sim=scores['kl_real_sim'],
                 ibm_cli_kl_sim_real=scores['kl_sim_real'], ibm_cli_nmse=scores['nmse'],
                 ibm_cli_exit=code, ibm_cli_fit_s=fit_s,

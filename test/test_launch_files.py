@@ -128,7 +128,8 @@ def test_launch_file_names_only_what_exists(path):
 
 @pytest.mark.parametrize('path', LAUNCH_FILES, ids=_ids(LAUNCH_FILES))
 def test_launch_file_declares_its_arguments(path):
-    declared = {_constants(call)[0] for call in _calls(_launch_tree(path), 'DeclareLaunchArgument')}
+    declared = {_constants(call)[0]
+                for call in _calls(_launch_tree(path), 'DeclareLaunchArgument')}
     assert EXPECTED_ARGUMENTS[path.name] <= declared
     used = {_constants(call)[0] for call in _calls(_launch_tree(path), 'LaunchConfiguration')}
     assert used <= declared, f'{path.name}: undeclared arguments {used - declared}'

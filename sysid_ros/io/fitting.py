@@ -429,8 +429,9 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
         # A Gauss-Newton method's state holds each restart's best point (it moves only on a
         # lower cost), so its Laplace terms there are the best restart's.
         _, covariances, dofs = est.laplace(steps.state)
-        covariance = np.asarray(covariances[int(np.argmin(best.loss))], dtype=float)
-        covariance_dof = float(dofs[int(np.argmin(best.loss))])
+        restart = int(np.argmin(best.loss))
+        covariance = np.asarray(covariances[restart], dtype=float)
+        covariance_dof = float(dofs[restart])
     # Mini-batch losses are noisy: the convergence test reads their mean over an epoch.
     epoch = 1 if schedule is None else -(-schedule.num_pieces // schedule.batch)
     diagnosis = diagnose(method, _running_mean(history, epoch), theta_init, result_theta, final,
@@ -446,8 +447,8 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
                      final_loss=result_loss, wall_time=time.perf_counter() - start,
                      consistent=consistent, interrupted=steps.interrupted, info=info,
                      best=point_estimate, covariance=covariance,
-                     covariance_dof=covariance_dof, converged=diagnosis.converged, convergence=diagnosis.reason,
-                     warnings=diagnosis.warnings)
+                     covariance_dof=covariance_dof, converged=diagnosis.converged,
+                     convergence=diagnosis.reason, warnings=diagnosis.warnings)
 
 
 def refit_windows(problem: Problem, prepared: estimator_data.MethodData, theta

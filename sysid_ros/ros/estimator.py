@@ -11,8 +11,9 @@ empty window buffer), publishes and pushes; deactivate stops that, keeping the p
 cleanup and shutdown write the posterior to `online.save_path` (once it saw a window) and
 release the topics. With `autostart` (bool, default true) the node configures and activates
 itself at start, and a configure failure exits (status 2 or 3, below); with
-`autostart:=false` it waits unconfigured for a lifecycle manager (`ros2 lifecycle set /sysid/estimator configure`, launch_ros's
-LifecycleNode with ChangeState events as in launch/sysid.launch.py).
+`autostart:=false` it waits unconfigured for a lifecycle manager (`ros2 lifecycle set
+/sysid/estimator configure`, launch_ros's LifecycleNode with ChangeState events as in
+launch/sysid.launch.py).
 
 Parameters (read once, at configure, so all declared read-only):
   * the configuration contract (`model.*`, `parameters.*`, `data.*`, `estimator.*`,

@@ -154,7 +154,8 @@ def test_relative_urdf_resolves_against_the_config_folder(tmp_path):
     d = _with('model', {'urdf': 'robots/arm.urdf'})
     cfg = config.load_yaml(_write(tmp_path, d))
     assert cfg.model.urdf == str(tmp_path / 'robots' / 'arm.urdf')
-    for ref in ('example-robot-data:panda', '<robot name="x"/>'):      # package://: test_package.py
+    # package:// references: test_package.py
+    for ref in ('example-robot-data:panda', '<robot name="x"/>'):
         assert config.from_dict(_with('model', {'urdf': ref})).model.urdf == ref
 
 

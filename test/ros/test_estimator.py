@@ -8,8 +8,8 @@ judged by `sysid demo` after a minute of windows).
 A controller-like subscriber decodes the estimates with `EstimateClient`; a dummy controller
 node receives the pushed link2 mass (one atomic request per push, each response counted in the
 diagnostics: a wrongly typed parameter shows as rejected), `~/pause_push` stops the pushes and
-a tight `online.push_max_std` holds them back; bad joint states are counted in the diagnostics without
-stopping the estimates; a silent topic goes WARN, then STALE; SIGINT writes a readable
+a tight `online.push_max_std` holds them back; bad joint states are counted in the
+diagnostics without stopping the estimates; a silent topic goes WARN, then STALE; SIGINT writes a readable
 posterior; a bad configuration stops the node with one message; the model can come from a
 latched robot_description topic. The payload pick-up is
 tracked in the @slow test.
