@@ -299,6 +299,30 @@ def _cmd_simulate(args) -> int:
     return 0
 
 
+def _cmd_excite(args) -> int:
+    from sysid_ros.io import config as config_io
+    from sysid_ros.io import excitation, pipeline
+
+    problem = pipeline.build_problem(config_io.load_yaml(args.config))
+    start = time.perf_counter()
+    designed = excitation.design(problem, prior=args.prior, duration=args.duration,
+                                 log=_log_line)
+    paths = excitation.write_excitation(args.out, designed)
+    rows = [(name, f'{designed.prior_std[k]:.4g}', f'{designed.predicted_std[k]:.4g}')
+            for k, name in enumerate(problem.spec.names)]
+    print(_format_table(('parameter', 'prior std', 'predicted std'), rows))
+    print(f'{designed.design.duration:g} s motion of {problem.model.name}: log det '
+          f'{designed.result.start_log_det:.4g} (random start) -> {designed.result.log_det:.4g}'
+          f' in {designed.result.iterations} L-BFGS iterations, condition number '
+          f'{designed.condition_number:.3g}, largest use of a limit {100 * designed.largest_use:.1f} %, '
+          f'{time.perf_counter() - start:.1f} s; wrote {", ".join(paths)}')
+    if not designed.passed:
+        print(f'sysid excite: error: the motion breaks a limit even at rest; see '
+              f'{paths[2]} (peak_use)', file=sys.stderr)
+        return 1
+    return 0
+
+
 def _cmd_convert(args) -> int:
     from sysid_ros.io import bags, datasets
     from sysid_ros.io.errors import InputError
@@ -557,6 +581,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help='sensor noise std on q [rad] and qd [rad/s] (default 0)')
     p.add_argument('--seed', type=int, default=0, metavar='N')
     p.set_defaults(func=_cmd_simulate)
+
+    p = sub.add_parser('excite', help='design an exciting trajectory for the configured '
+                       'parameters within the joint limits (D-optimal Fourier series)')
+    p.add_argument('--config', required=True, help='problem configuration (YAML); its '
+                   'excitation section sets duration, harmonics, limits and start')
+    p.add_argument('--out', required=True, metavar='DIR', help='output folder: '
+                   'trajectory.yaml (JointTrajectory), trajectory.csv, excitation.yaml, '
+                   'excitation.png')
+    p.add_argument('--prior', metavar='ESTIMATE', help='a saved estimate.yaml: design for '
+                   'what is still uncertain (its means and stds as the prior)')
+    p.add_argument('--duration', type=_positive_float, metavar='S',
+                   help='motion length [s] (default: excitation.duration)')
+    p.set_defaults(func=_cmd_excite)
 
     p = sub.add_parser('convert', help='convert a public robot dataset into a rosbag2 of '
                        'joint states')

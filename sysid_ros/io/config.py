@@ -6,8 +6,9 @@ nested dict and `from_flat_dict` the dotted names of ROS parameters (`parameters
 Validation happens here, once; a bad value raises `ConfigError` naming the file, the dotted key
 and what was expected, e.g. `config/foo.yaml: estimator.particles: expected int >= 1, got 0`.
 
-Sections: `model`, `parameters`, `data`, `estimator` (see the dataclasses below for every key,
-its default and unit). `parameters` is a nested map whose leaves are `{min, max, init}`:
+Sections: `model`, `parameters`, `data`, `estimator`, `online`, `excitation` (see the
+dataclasses below for every key, its default and unit). `parameters` is a nested map whose
+leaves are `{min, max, init}`:
 
     parameters:
       link2:
@@ -55,6 +56,7 @@ __all__ = [
     'DataConfig',
     'EstimatorConfig',
     'OnlineConfig',
+    'ExcitationConfig',
     'Config',
     'from_dict',
     'from_flat_dict',
@@ -640,12 +642,55 @@ def _flatten_names(tree, keys: tuple[str, ...], path, out: dict) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
+class ExcitationConfig:
+    """`excitation:` the designed motion of `sysid excite` (`io.excitation`).
+
+    Attributes:
+      duration: length of the motion [s].
+      base_frequency: fundamental f0 of the Fourier series [Hz].
+      harmonics: harmonics per joint (frequencies f0 .. harmonics f0).
+      design_rate: rate of the grid the information and the penalties are evaluated on
+        [Hz]; the hard check of the limits and the written trajectory use `data.rate`.
+      iterations: most L-BFGS iterations.
+      seed: seed of the random starting coefficients.
+      start: (nv,) start and end position of every joint [rad, m], in the model's joint
+        order; empty: the middle of each joint's position limits (0 where unlimited).
+      position_margin: distance kept from each position limit [rad, m].
+      velocity: speed limit per joint (one number: all joints) [rad/s, m/s]; empty: the
+        URDF's. Every joint needs a finite one from here or the URDF.
+      acceleration: acceleration limit per joint [rad/s^2, m/s^2]; empty: none (the effort
+        limit bounds the accelerations through the dynamics).
+      effort: command limit per joint [N m, N]; empty: the URDF's. Every joint needs a
+        finite one from here or the URDF.
+    """
+
+    duration: float = _opt(10.0, 'float', unit='s', gt=0.0)
+    base_frequency: float = _opt(0.1, 'float', unit='Hz', gt=0.0)
+    harmonics: int = _opt(5, 'int', ge=1)
+    design_rate: float = _opt(20.0, 'float', unit='Hz', gt=0.0)
+    iterations: int = _opt(200, 'int', ge=1)
+    seed: int = _opt(0, 'int')
+    start: tuple[float, ...] = _opt((), 'float_list', unit='rad')
+    position_margin: float = _opt(0.1, 'float', unit='rad', ge=0.0)
+    velocity: tuple[float, ...] = _opt((), 'float_list', unit='rad/s', gt=0.0)
+    acceleration: tuple[float, ...] = _opt((), 'float_list', unit='rad/s^2', gt=0.0)
+    effort: tuple[float, ...] = _opt((), 'float_list', unit='N m', gt=0.0)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], path: str | None = None) -> 'ExcitationConfig':
+        """Validate the `excitation` section (lengths per joint are checked against the
+        model by `io.excitation`, which knows it)."""
+        return _section(cls, d, path, 'excitation')
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     """A whole problem description.
 
     Attributes:
       model, parameters, data, estimator: the sections.
       online: settings of the live estimator node.
+      excitation: the designed motion of `sysid excite`.
       source: the file it was read from, if any.
     """
 
@@ -654,6 +699,7 @@ class Config:
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     estimator: EstimatorConfig = dataclasses.field(default_factory=EstimatorConfig)
     online: OnlineConfig = dataclasses.field(default_factory=OnlineConfig)
+    excitation: ExcitationConfig = dataclasses.field(default_factory=ExcitationConfig)
     source: str | None = None
 
     @property
@@ -666,7 +712,7 @@ class Config:
         return from_dict(d, path)
 
 
-SECTIONS = ('model', 'parameters', 'data', 'estimator', 'online')
+SECTIONS = ('model', 'parameters', 'data', 'estimator', 'online', 'excitation')
 
 
 def from_dict(d: Mapping[str, Any], path: str | None = None) -> Config:
@@ -694,6 +740,7 @@ def from_dict(d: Mapping[str, Any], path: str | None = None) -> Config:
                  data=DataConfig.from_dict(d.get('data'), path),
                  estimator=EstimatorConfig.from_dict(d.get('estimator'), path),
                  online=OnlineConfig.from_dict(d.get('online'), path),
+                 excitation=ExcitationConfig.from_dict(d.get('excitation'), path),
                  source=None if path is None else str(path))
     mismatch = check_graph_method(cfg.estimator.method, cfg.model.mechanism)
     if mismatch:
@@ -813,7 +860,7 @@ def to_dict(cfg: Config) -> dict[str, Any]:
     None values and empty lists or maps are left out, so that a ROS parameters file can hold it.
     """
     out: dict[str, Any] = {}
-    for section in ('model', 'data', 'estimator', 'online'):
+    for section in ('model', 'data', 'estimator', 'online', 'excitation'):
         values = {}
         for f in dataclasses.fields(getattr(cfg, section)):
             value = getattr(getattr(cfg, section), f.name)
