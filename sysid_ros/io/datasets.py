@@ -30,7 +30,7 @@ Franka Panda (`panda-gaz2019`, folder with `rbt_log/exciting_traj_*.txt`): one r
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from scipy.signal import savgol_filter
@@ -195,8 +195,10 @@ def list_runs(dataset: str, source: str | os.PathLike) -> list[str]:
 
 
 def load_dataset(dataset: str, source: str | os.PathLike,
-                 runs: Sequence[str | int] | None = None) -> list[Trajectory]:
-    """Parse runs of a dataset folder (all runs if `runs` is None), in the order given.
+                 runs: Sequence[str | int] | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> list[Trajectory]:
+    """Parse runs of a dataset folder (all runs if `runs` is None), in the order given;
+    `progress(done, total)` after each run.
 
     Raises:
       DataError: unknown dataset, no runs in `source`, or a requested run that is missing.
@@ -211,13 +213,21 @@ def load_dataset(dataset: str, source: str | os.PathLike,
     if unknown:
         raise DataError(f'{source}: run {unknown[0]!r} not found; available: '
                         f'{", ".join(available)}')
+    trajectories = []
+    for run in runs:
+        trajectories.append(_read_run(dataset, source, run))
+        if progress is not None:
+            progress(len(trajectories), len(runs))
+    return trajectories
+
+
+def _read_run(dataset: str, source: str, run: str) -> Trajectory:
+    """One run of a dataset folder (the Panda log has one run)."""
     if dataset == 'ibm-double-pendulum':
-        return [read_ibm_run(os.path.join(source, 'dpc_dataset_csv', f'{r}.csv'))
-                for r in runs]
+        return read_ibm_run(os.path.join(source, 'dpc_dataset_csv', f'{run}.csv'))
     if dataset == 'kuka-lwr4':
-        return [read_kuka_run(os.path.join(source, 'HW', f'measurements_{r}.npz'))
-                for r in runs]
-    return [read_panda_run(source)]
+        return read_kuka_run(os.path.join(source, 'HW', f'measurements_{run}.npz'))
+    return read_panda_run(source)
 
 
 def describe(dataset: str) -> str:

@@ -10,7 +10,7 @@ the segments' state spread (`Segments.state_scale`) before the distances of KL a
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -49,9 +49,10 @@ class HeldOutRollouts(NamedTuple):
 
 
 def rollouts(problem: Problem, particles: np.ndarray,
-             trajectories: Sequence[Trajectory], horizon: int | None = None
-             ) -> HeldOutRollouts:
-    """Simulate every segment of `trajectories` with every particle (P, M) [physical units].
+             trajectories: Sequence[Trajectory], horizon: int | None = None,
+             progress: Callable[[int, int], None] | None = None) -> HeldOutRollouts:
+    """Simulate every segment of `trajectories` with every particle (P, M) [physical units];
+    `progress(done, P)` after each particle.
 
     Raises:
       DataError: trajectories that do not fit the problem (see `pipeline.prepare_trajectories`).
@@ -60,12 +61,15 @@ def rollouts(problem: Problem, particles: np.ndarray,
     trajs = prepare_trajectories(problem, trajectories)
     segments = estimator_data.segments(problem, trajs, horizon or cfg.estimator.rollout_horizon)
     sims = []
-    for theta in np.asarray(particles, float):
+    particles = np.asarray(particles, float)
+    for theta in particles:
         params = problem.spec.to_params(jnp.asarray(theta), problem.base_params)
         sims.append(np.asarray(simulation.rollout_batch(
             problem.model, params, segments.x0, segments.controls, problem.dt,
             integrator=cfg.model.integrator, actuator=cfg.model.actuator,
             substeps=problem.substeps))[:, 1:])
+        if progress is not None:
+            progress(len(sims), particles.shape[0])
     t = problem.dt * np.arange(1, segments.horizon + 1)
     return HeldOutRollouts(t, np.asarray(segments.targets), np.stack(sims),
                            np.asarray(segments.state_scale), len(trajs))
