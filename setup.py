@@ -9,6 +9,8 @@ setup(
     name=package_name,
     version='0.1.0',
     packages=find_packages(exclude=['test', 'test.*']),
+    # The jinja2 template of report.html (io/html_report.py), loaded from the package.
+    package_data={'sysid_ros.io': ['templates/*.j2']},
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
         ('share/' + package_name, ['package.xml']),
@@ -27,6 +29,9 @@ setup(
         'pyyaml>=6.0',
         'matplotlib>=3.8',
         'rosbags>=0.10',
+        'jinja2>=3.0',
+        'corner>=2.2',
+        'tqdm>=4.60',
     ],
     zip_safe=True,
     maintainer='sysid_ros developers',

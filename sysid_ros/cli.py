@@ -55,53 +55,6 @@ def _cmd_verify(args) -> int:
 # fit
 # ------------------------------------------------------------------------------------------
 
-class _Progress:
-    """Progress line on stderr: iteration, loss, elapsed time and ETA.
-
-    On a terminal the line is redrawn in place (at most every `interval` seconds); otherwise
-    a line is printed about every 10 % of the iterations. The ETA leaves out the first step,
-    which includes compilation.
-    """
-
-    def __init__(self, label: str, stream=None, interval: float = 0.2):
-        self.label = label
-        self.stream = stream if stream is not None else sys.stderr
-        self.interval = interval
-        self.tty = bool(getattr(self.stream, 'isatty', lambda: False)())
-        self.first = None
-        self.last_draw = -1.0
-        self.last_decile = -1
-        self.drawn = False
-
-    def __call__(self, iteration: int, total: int, loss: float, elapsed: float) -> None:
-        if self.first is None or iteration == 1:
-            self.first = (iteration, elapsed)
-        done, t0 = self.first
-        eta = ((elapsed - t0) / (iteration - done) * (total - iteration)
-               if iteration > done else float('nan'))
-        line = (f'{self.label}: iteration {iteration}/{total}  loss {loss:.4e}  '
-                f'elapsed {elapsed:6.1f} s  ETA {eta:6.1f} s')
-        if self.tty:
-            now = time.monotonic()
-            if now - self.last_draw >= self.interval or iteration == total:
-                self.stream.write('\r' + line + '\033[K')
-                self.stream.flush()
-                self.last_draw = now
-                self.drawn = True
-        else:
-            decile = (10 * iteration) // max(total, 1)
-            if decile != self.last_decile or iteration == total:
-                self.stream.write(line + '\n')
-                self.stream.flush()
-                self.last_decile = decile
-
-    def close(self) -> None:
-        if self.tty and self.drawn:
-            self.stream.write('\n')
-            self.stream.flush()
-            self.drawn = False
-
-
 def _format_table(headers, rows) -> str:
     """Plain-text table, first column left-aligned, others right-aligned."""
     cells = [list(map(str, headers))] + [[str(c) for c in row] for row in rows]
@@ -124,7 +77,7 @@ def _estimate_table(result) -> str:
 
 def _cmd_fit(args) -> int:
     from sysid_ros.io import config as config_io
-    from sysid_ros.io import pipeline, results
+    from sysid_ros.io import html_report, pipeline, progress, results, units
 
     cfg = config_io.load_yaml(args.config)
     if args.particles:
@@ -137,20 +90,19 @@ def _cmd_fit(args) -> int:
         fit_data, held_out = args.data, None
     trajectories = pipeline.prepare_trajectories(problem, fit_data)   # bad data: fail early
     method = args.method or cfg.estimator.method
-    progress = _Progress(f'sysid fit [{method}]')
-    try:
-        result = pipeline.fit(problem, trajectories, progress=progress, method=method,
+    with progress.progress_bar(f'sysid fit [{method}]') as report:
+        result = pipeline.fit(problem, trajectories, progress=report, method=method,
                               iterations=args.iterations, log=_log_line)
-    finally:
-        progress.close()
     extra = {'config': os.path.abspath(args.config)}
-    scores = figures = None
+    scores = figures = held = None
     if args.bag:
         extra['bag'] = os.path.abspath(args.bag)
         if isinstance(problem, pipeline.Problem):        # mechanisms: no rollout metrics yet
-            scores, figures = _held_out_report(problem, result.particles,
-                                               held_out or trajectories,
-                                               'held-out' if held_out else 'training')
+            evaluated_on = 'held-out' if held_out else 'training'
+            scores, held = _held_out(problem, result.particles, held_out or trajectories,
+                                     evaluated_on)
+            figures = _figures(problem, held, evaluated_on, *html_report.posterior_sample(
+                result.method, result.estimate, result.particles, result.covariance))
     else:
         extra['data'] = [os.path.abspath(p) for p in args.data]
     urdf = pipeline.identified_urdf(problem, result.estimate)
@@ -159,8 +111,11 @@ def _cmd_fit(args) -> int:
         controller = results.controller_parameters_file(
             results.pushed_values(result.names, result.estimate, cfg.online.push_parameters),
             cfg.online.push_node)
+    report_data = html_report.ReportData(units.parameter_units(problem),
+                                         units.state_labels(problem), held)
     out = results.write_results(args.out, result, extra=extra, urdf=urdf,
-                                metrics=scores, figures=figures, controller=controller)
+                                metrics=scores, figures=figures, controller=controller,
+                                report=report_data)
     print(_estimate_table(result))
     if scores is not None:
         print(_metrics_line(scores))
@@ -192,29 +147,33 @@ def _read_bag_split(problem, bag: str):
     return [s.trajectory for s in fit_part], [s.trajectory for s in held]
 
 
-def _held_out_report(problem, particles, trajectories, evaluated_on: str):
-    """(metrics.json content, figure writer) for posterior `particles` on `trajectories`."""
-    from sysid_ros.io import segments
+def _held_out(problem, particles, trajectories, evaluated_on: str):
+    """(metrics.json content, `segments.HeldOutRollouts`) of posterior `particles` on
+    `trajectories`."""
+    from sysid_ros.io import progress, segments
 
-    held = segments.rollouts(problem, particles, trajectories)
-    scores = dict(segments.posterior_metrics(problem, held), evaluated_on=evaluated_on)
+    with progress.progress_bar(f'{evaluated_on} rollouts', unit='particles') as report:
+        held = segments.rollouts(problem, particles, trajectories, progress=report)
+    return dict(segments.posterior_metrics(problem, held), evaluated_on=evaluated_on), held
+
+
+def _figures(problem, held, evaluated_on: str, sample, source: str):
+    """Writer of the held-out figures into a folder: the rollouts' density and, where the
+    fit has a posterior `sample` (S, M) (`html_report.posterior_sample`, drawn from
+    `source`), its corner plot."""
+    from sysid_ros.io import report, units
 
     def figures(folder: str) -> None:
-        try:
-            from sysid_ros.io import report
-        except ImportError:         # the report figures are optional
-            return
-        nv = problem.model.nv
-        labels = [f'q {j} [rad]' for j in problem.joint_names] + [
-            f'qd {j} [rad/s]' for j in problem.joint_names]
+        labels = units.state_labels(problem)
         report.plot_trajectory_density(
             os.path.join(folder, 'trajectory_density.png'), held.t, held.sim[:, 0],
-            held.real[:1], labels=labels[:2 * nv],
+            held.real[:1], labels=labels,
             title=f'posterior rollouts vs {evaluated_on} segment 1')
-        report.plot_posterior(os.path.join(folder, 'posterior.png'), particles,
-                              problem.names, bounds=list(zip(problem.spec.lower_bounds,
-                                                             problem.spec.upper_bounds)))
-    return scores, figures
+        if sample is not None:
+            report.plot_posterior(os.path.join(folder, 'posterior.png'), sample,
+                                  units.labelled(problem.names, units.parameter_units(problem)),
+                                  title=source)
+    return figures
 
 
 def _metrics_line(scores) -> str:
@@ -234,18 +193,21 @@ def _cmd_evaluate(args) -> int:
     import numpy as np
 
     from sysid_ros.io import config as config_io
-    from sysid_ros.io import pipeline, results
+    from sysid_ros.io import html_report, pipeline, results, units
     from sysid_ros.io.trajectory import DataError
 
     posterior = os.path.join(args.posterior, 'posterior.npz')
     if not os.path.isfile(posterior):
         raise DataError(f'{posterior}: --posterior: no saved posterior (run sysid fit first)')
-    config = args.config or results.read_estimate(args.posterior).get('config')
+    estimate = results.read_estimate(args.posterior)
+    config = args.config or estimate.get('config')
     if not config:
         raise DataError(f'{args.posterior}: estimate.yaml names no config; pass --config')
     problem = pipeline.build_problem(config_io.load_yaml(config))
     with np.load(posterior, allow_pickle=False) as saved:
         particles, names = saved['particles'], tuple(str(n) for n in saved['names'])
+        history = saved['loss_history']
+        covariance = saved['covariance'] if 'covariance' in saved else None
     if names != problem.names:
         raise DataError(f'{posterior}: parameters {list(names)} do not match those of '
                         f'{config}: {list(problem.names)}')
@@ -253,7 +215,7 @@ def _cmd_evaluate(args) -> int:
 
     trajectories = [s.trajectory for s in bags.read_bag(args.bag, problem.joint_names,
                                                         problem.config.data)]
-    scores, _ = _held_out_report(problem, particles, trajectories, 'evaluation bag')
+    scores, held = _held_out(problem, particles, trajectories, 'evaluation bag')
     scores.update(bag=os.path.abspath(args.bag), posterior=os.path.abspath(args.posterior))
     print(_metrics_line(scores))
     if args.out:
@@ -261,6 +223,12 @@ def _cmd_evaluate(args) -> int:
         with open(tmp, 'w', encoding='utf-8') as f:
             json.dump(scores, f, indent=2)
         os.replace(tmp, args.out)
+    page = args.report or os.path.join(args.posterior, results.EVALUATION_REPORT)
+    html_report.write_report(
+        page, estimate, particles, history, covariance, scores,
+        html_report.ReportData(units.parameter_units(problem), units.state_labels(problem),
+                               held), title=f'sysid evaluate on {os.path.basename(args.bag)}')
+    print(f'report: {os.path.abspath(page)}')
     return 0
 
 
@@ -324,10 +292,11 @@ def _cmd_excite(args) -> int:
 
 
 def _cmd_convert(args) -> int:
-    from sysid_ros.io import bags, datasets
+    from sysid_ros.io import bags, datasets, progress
     from sysid_ros.io.errors import InputError
 
-    trajs = datasets.load_dataset(args.dataset, args.source, args.runs)
+    with progress.progress_bar(f'sysid convert [{args.dataset}]', unit='runs') as report:
+        trajs = datasets.load_dataset(args.dataset, args.source, args.runs, progress=report)
     runs = args.runs or datasets.list_runs(args.dataset, args.source)
     provenance = {'sysid_convert.dataset': args.dataset,
                   'sysid_convert.source': os.path.abspath(args.source),
@@ -414,7 +383,7 @@ def _cmd_demo(args) -> int:
     import numpy as np
 
     from sysid_ros.io import config as config_io
-    from sysid_ros.io import pipeline, results, trajectory
+    from sysid_ros.io import html_report, pipeline, progress, results, trajectory, units
 
     started = time.perf_counter()
     config_path = args.config or _packaged_config(DEMO_CONFIG)
@@ -450,14 +419,12 @@ def _cmd_demo(args) -> int:
           f'({time.perf_counter() - started:.1f} s)', flush=True)
 
     fits = {}
+    report_data = html_report.ReportData(units.parameter_units(problem))
     for method in ('nea', 'diffnea'):
-        progress = _Progress(f'{method}')
-        try:
-            result = pipeline.fit(guessed, [train], progress=progress, method=method,
+        with progress.progress_bar(method) as report:
+            result = pipeline.fit(guessed, [train], progress=report, method=method,
                                   theta0=theta_guess)
-        finally:
-            progress.close()
-        results.write_results(os.path.join(out_dir, method), result)
+        results.write_results(os.path.join(out_dir, method), result, report=report_data)
         fits[method] = result
         print(f'{method}: {result.iterations} iterations, final loss '
               f'{result.final_loss:.3e}, {result.wall_time:.1f} s, consistent: '
@@ -559,6 +526,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--bag', required=True, metavar='PATH', help='the recording to score on')
     p.add_argument('--config', help='problem configuration (default: the one of the fit)')
     p.add_argument('--out', metavar='FILE', help='also write the metrics as JSON here')
+    p.add_argument('--report', metavar='FILE', help='the HTML report (default: '
+                   'evaluation.html in the --posterior folder)')
     p.set_defaults(func=_cmd_evaluate)
 
     p = sub.add_parser('record', help='record the configured topics into a rosbag2 (Ctrl-C '

@@ -1,7 +1,7 @@
 """`sysid simulate`, `sysid fit` and `sysid demo` end to end (in process, except the SIGINT
 test, which runs `sysid fit` in a subprocess)."""
 
-import io
+import contextlib
 import os
 import pathlib
 import signal
@@ -15,6 +15,7 @@ import yaml
 
 from sysid_ros import cli
 from sysid_ros.io import model_io
+from sysid_ros.io import progress
 from sysid_ros.io import results
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -79,9 +80,15 @@ def test_fit_writes_all_files_and_recovers_parameters(workdir, tmp_path, capsys)
     out = tmp_path / 'out'
     assert _fit(config, [data], out, '--method', 'nea') == 0
     captured = capsys.readouterr()
-    assert 'iteration' in captured.err and 'ETA' in captured.err and 'loss' in captured.err
+    # Not a terminal: plain progress lines (io.progress), about one per 10 % of the steps.
+    lines = [line for line in captured.err.splitlines() if line.startswith('sysid fit [nea]: ')]
+    assert 2 <= len(lines) <= 12 and 'ETA' in lines[-1] and 'loss' in lines[-1]
     assert 'link2.com.x' in captured.out and 'consistent: True' in captured.out
     assert sorted(os.listdir(out)) == sorted(results.BASE_FILES)
+    # report.html names every parameter with its unit.
+    page = (out / 'report.html').read_text()
+    for name, unit in zip(TRUE, ('kg', 'kg', 'm', 'N m s/rad', 'N m s/rad')):
+        assert f'<td class="name">{name}</td><td class="text">{unit}</td>' in page, name
     estimate = results.read_estimate(out)
     assert estimate['method'] == 'nea' and estimate['consistent'] is True
     assert estimate['data'] == [str(data)]
@@ -141,38 +148,20 @@ def test_failing_run_leaves_previous_output_untouched(workdir, tmp_path, capsys)
 def test_ctrl_c_saves_the_best_result_so_far(workdir, tmp_path, monkeypatch, capsys):
     _, config, data = workdir
 
-    def interrupt(self, iteration, total, loss, elapsed):
-        if iteration == 2:
-            raise KeyboardInterrupt
+    @contextlib.contextmanager
+    def interrupting(label, **kwargs):
+        def report(iteration, total, loss=None, elapsed=None):
+            if iteration == 2:
+                raise KeyboardInterrupt
+        yield report
 
-    monkeypatch.setattr(cli._Progress, '__call__', interrupt)
+    monkeypatch.setattr(progress, 'progress_bar', interrupting)
     out = tmp_path / 'out'
     assert _fit(config, [data], out, '--method', 'nea') == 130
     assert 'interrupted; wrote the best result so far' in capsys.readouterr().err
     estimate = results.read_estimate(out)
     assert estimate['interrupted'] is True and estimate['iterations'] == 2
     assert estimate['consistent'] is True
-
-
-def test_progress_line_on_a_terminal_and_in_a_log():
-    class Tty(io.StringIO):
-        def isatty(self):
-            return True
-
-    tty = Tty()
-    progress = cli._Progress('fit', stream=tty, interval=0.0)
-    for k in range(1, 5):
-        progress(k, 4, 1.0 / k, 10.0 + k)
-    progress.close()
-    text = tty.getvalue()
-    assert text.count('\r') == 4 and text.endswith('\n')
-    assert 'iteration 4/4' in text and 'ETA    0.0 s' in text
-    assert 'ETA    2.0 s' in text             # after step 2: 1 s per step, 2 steps left
-    log = io.StringIO()
-    progress = cli._Progress('fit', stream=log)
-    for k in range(1, 101):
-        progress(k, 100, 1.0, float(k))
-    assert 10 <= log.getvalue().count('\n') <= 12 and '\r' not in log.getvalue()
 
 
 def test_argument_errors():
@@ -206,9 +195,9 @@ def test_sigint_during_fit_saves_results(workdir, tmp_path):
     while time.monotonic() < deadline:
         line = proc.stderr.readline()
         lines.append(line)
-        if 'iteration' in line or not line:
+        if 'sysid fit [diffnea]: ' in line or not line:
             break
-    assert any('iteration' in line for line in lines), lines
+    assert any('sysid fit [diffnea]: ' in line for line in lines), lines
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr

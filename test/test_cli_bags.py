@@ -51,9 +51,11 @@ def test_fit_from_bag_writes_results_and_metrics(workdir, tmp_path, capsys):
                      '--out', str(out)]) == 0
     captured = capsys.readouterr()
     assert '4 trajectories (3 fitted, 1 held out)' in captured.err
+    # nea: a point estimate without covariance, so no posterior sample for posterior.png.
     for name in ('estimate.yaml', 'posterior.npz', 'metrics.json', 'convergence.png',
-                 'robot_identified.urdf', *results.FIGURES):
+                 'report.html', 'robot_identified.urdf', 'trajectory_density.png'):
         assert (out / name).is_file(), name
+    assert 'Measured vs predicted (held-out)' in (out / 'report.html').read_text()
     estimate = results.read_estimate(out)
     assert estimate['bag'] == str(root / 'runs')
     for name, truth in TRUE.items():
@@ -75,6 +77,9 @@ def test_fit_from_bag_writes_results_and_metrics(workdir, tmp_path, capsys):
     again = json.loads(scores.read_text())
     assert again['num_trajectories'] == 4 and again['num_segments'] == 40
     assert again['nmse'] < 1e-3
+    page = (out / results.EVALUATION_REPORT).read_text()
+    assert 'sysid evaluate on runs' in page and 'Measured vs predicted (evaluation bag)' in page
+    assert page.count('src="data:image/png;base64,') == 2      # convergence, prediction
 
 
 @pytest.mark.parametrize('case, message', [

@@ -57,8 +57,9 @@ def test_manifest_is_format_3_ament_python_with_required_depends():
 # Modules the code imports -> their rosdep keys, where these differ; and the modules that
 # come from PyPI only (no rosdep key; package.xml names them in a comment).
 ROSDEP_KEYS = {'numpy': 'python3-numpy', 'scipy': 'python3-scipy', 'yaml': 'python3-yaml',
-               'matplotlib': 'python3-matplotlib'}
-PYPI_ONLY = {'jax', 'optax', 'blackjax', 'emcee', 'rosbags', 'gtsam'}
+               'matplotlib': 'python3-matplotlib', 'jinja2': 'python3-jinja2',
+               'tqdm': 'python3-tqdm'}
+PYPI_ONLY = {'jax', 'optax', 'blackjax', 'emcee', 'rosbags', 'gtsam', 'corner'}
 
 
 def _imported_modules() -> set[str]:
@@ -167,6 +168,8 @@ def test_colcon_build_installs_package(tmp_path):
     script = prefix / 'lib' / PACKAGE / 'sysid'
     assert script.is_file() and os.access(script, os.X_OK)
     assert list(prefix.glob(f'lib/python3*/site-packages/{PACKAGE}/core/__init__.py'))
+    # Package data: the template of report.html.
+    assert list(prefix.glob(f'lib/python3*/site-packages/{PACKAGE}/io/templates/report.html.j2'))
 
 
 def _ament_prefix(root: pathlib.Path, package: str) -> pathlib.Path:

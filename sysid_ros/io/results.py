@@ -9,13 +9,17 @@
     `iterations`, `final_loss`, `wall_time_s`, `consistent`, `interrupted` and the
     method's diagnostics (the identifiability report among them);
   * `posterior.npz`: `particles` (P, M) in physical units, `names` (M,), `initial` (P, M),
-    `lower`, `upper` (M,), `loss_history` (K,);
+    `lower`, `upper` (M,), `loss_history` (K,), and `covariance` (M, M) where the result has
+    one (lm's Laplace covariance, the factor graph's);
   * `history.csv`: `iteration,loss`;
   * `convergence.png`: loss per iteration (log scale), drawn with matplotlib's Agg backend;
+  * `report.html`: the page a person reads (`io.html_report`): parameters with units and
+    intervals, identifiability, convergence, held-out predictions and metrics, posterior;
   * with `result.marginals` (online methods: factor_graph): `marginals.csv`
     (`t,mean_<name>...,std_<name>...`) and `marginals.png` (estimate +- 2 std over time);
   * with `metrics`: `metrics.json` (held-out scores, see `io.segments.posterior_metrics`);
-  * with `figures`: the PNGs that `figures(folder)` draws (`FIGURES`);
+  * with `figures`: the PNGs that `figures(folder)` draws (`FIGURES`: `sysid fit --bag` draws
+    posterior.png only for a result with a posterior sample or covariance);
   * with `controller`: `controller_parameters.yaml`, the estimates under the parameter names
     of `online.push_parameters` as a ROS 2 parameters file (`controller_parameters_file`),
     which the controller `online.push_node` loads with `--ros-args --params-file`: the same
@@ -52,6 +56,7 @@ __all__ = [
     'plot_convergence',
     'plot_marginals',
     'CONTROLLER_FILE',
+    'EVALUATION_REPORT',
     'pushed_values',
     'controller_parameters_file',
 ]
@@ -59,11 +64,13 @@ __all__ = [
 FIGURES = ('trajectory_density.png', 'posterior.png')
 # Written by every fit / only by fits that are evaluated on trajectories (`sysid fit --bag`).
 BASE_FILES = ('estimate.yaml', 'posterior.npz', 'history.csv', 'convergence.png',
-              'robot_identified.urdf')
+              'report.html', 'robot_identified.urdf')
 EVALUATION_FILES = ('metrics.json',) + FIGURES
 MARGINAL_FILES = ('marginals.csv', 'marginals.png')   # written with `result.marginals`
 CONTROLLER_FILE = 'controller_parameters.yaml'          # written with `controller`
-FILES = BASE_FILES + EVALUATION_FILES + MARGINAL_FILES + (CONTROLLER_FILE,)
+# `sysid evaluate`'s page beside a fit's results: a new fit drops it with the old posterior.
+EVALUATION_REPORT = 'evaluation.html'
+FILES = BASE_FILES + EVALUATION_FILES + MARGINAL_FILES + (CONTROLLER_FILE, EVALUATION_REPORT)
 # Node key of a parameters file that applies to every node.
 _ANY_NODE = '/**'
 
@@ -141,24 +148,10 @@ def controller_parameters_file(values: Mapping[str, float], node: str | None) ->
 
 
 def plot_convergence(path: str, history: np.ndarray, title: str = '') -> None:
-    """Loss per iteration on a log scale, saved as PNG (Agg backend, no display needed)."""
-    import matplotlib
-    matplotlib.use('Agg', force=True)
-    from matplotlib.figure import Figure
+    """Loss per iteration on a log scale (`report.convergence_figure`), saved as PNG."""
+    from sysid_ros.io import report
 
-    fig = Figure(figsize=(6.0, 4.0), dpi=100)
-    ax = fig.add_subplot(1, 1, 1)
-    history = np.asarray(history, dtype=float)
-    iterations = np.arange(1, history.size + 1)
-    positive = history > 0
-    if positive.any():
-        ax.semilogy(iterations[positive], history[positive], lw=1.5)
-    ax.set_xlabel('iteration')
-    ax.set_ylabel('loss (normalised)')
-    ax.set_title(title or 'convergence')
-    ax.grid(True, which='both', alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, format='png')
+    report.save_figure(report.convergence_figure(history, title), path)
 
 
 def plot_marginals(path: str, t: np.ndarray, mean: np.ndarray, std: np.ndarray,
@@ -186,15 +179,17 @@ def plot_marginals(path: str, t: np.ndarray, mean: np.ndarray, std: np.ndarray,
 def _write_all(folder: str, result, extra: Mapping[str, Any] | None,
                urdf: str | None, metrics: Mapping[str, Any] | None = None,
                figures: Callable[[str], None] | None = None,
-               controller: Mapping[str, Any] | None = None) -> None:
+               controller: Mapping[str, Any] | None = None, report=None) -> None:
     content = estimate_dict(result)
     if extra:
         content.update(_plain(dict(extra)))
     with open(os.path.join(folder, 'estimate.yaml'), 'w', encoding='utf-8') as f:
         yaml.safe_dump(content, f, sort_keys=False, default_flow_style=False)
+    covariance = {} if result.covariance is None else {'covariance': result.covariance}
     np.savez(os.path.join(folder, 'posterior.npz'), particles=result.particles,
              names=np.asarray(result.names, dtype=str), initial=result.initial,
-             lower=result.lower, upper=result.upper, loss_history=result.loss_history)
+             lower=result.lower, upper=result.upper, loss_history=result.loss_history,
+             **covariance)
     history = np.column_stack([np.arange(1, result.loss_history.size + 1),
                                result.loss_history])
     np.savetxt(os.path.join(folder, 'history.csv'), history, delimiter=',',
@@ -217,6 +212,11 @@ def _write_all(folder: str, result, extra: Mapping[str, Any] | None,
             json.dump(_plain(dict(metrics)), f, indent=2)   # NaN is written as NaN
     if figures is not None:
         figures(folder)
+    from sysid_ros.io import html_report        # jinja2, corner: only when results are written
+
+    html_report.write_report(os.path.join(folder, html_report.REPORT_FILE), content,
+                             result.particles, result.loss_history, result.covariance,
+                             metrics, report)
     if controller is not None:
         with open(os.path.join(folder, CONTROLLER_FILE), 'w', encoding='utf-8') as f:
             yaml.safe_dump(_plain(dict(controller)), f, sort_keys=False,
@@ -226,7 +226,7 @@ def _write_all(folder: str, result, extra: Mapping[str, Any] | None,
 def write_results(out_dir: str | os.PathLike, result, extra: Mapping[str, Any] | None = None,
                   urdf: str | None = None, metrics: Mapping[str, Any] | None = None,
                   figures: Callable[[str], None] | None = None,
-                  controller: Mapping[str, Any] | None = None) -> str:
+                  controller: Mapping[str, Any] | None = None, report=None) -> str:
     """Write all result files of `result` (a `pipeline.FitResult`) into `out_dir`, atomically.
 
     Files already in `out_dir` that this function does not write are carried over into the
@@ -241,6 +241,8 @@ def write_results(out_dir: str | os.PathLike, result, extra: Mapping[str, Any] |
       figures: draws more PNGs into the folder it is given (before the swap, so a failing
         plot leaves the previous results in place).
       controller: content of `controller_parameters.yaml` (`controller_parameters_file`).
+      report: units and held-out segments for `report.html` (`html_report.ReportData`);
+        None: a page without units or predictions.
 
     Returns:
       The absolute path of `out_dir`.
@@ -260,7 +262,7 @@ def write_results(out_dir: str | os.PathLike, result, extra: Mapping[str, Any] |
         raise ResultsError(f'{out_dir}: --out: cannot write here: {exc.strerror}') from exc
     old = None
     try:
-        _write_all(tmp, result, extra, urdf, metrics, figures, controller)
+        _write_all(tmp, result, extra, urdf, metrics, figures, controller, report)
         if os.path.isdir(out_dir):
             for name in os.listdir(out_dir):
                 if name not in FILES:

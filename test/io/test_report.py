@@ -1,5 +1,8 @@
-"""Report figures (io.report): PNG files are written, valid and of sensible size."""
+"""Report figures (io.report): PNG files are written, valid and of sensible size; every axis
+label names its unit."""
 
+import io
+import re
 import struct
 
 import numpy as np
@@ -48,3 +51,39 @@ def test_posterior_pair_plot_png(tmp_path):
     assert path.stat().st_size > 5_000
     with pytest.raises(ValueError, match='expected 3 names'):
         report.plot_posterior(path, theta, ['a', 'b'])
+
+
+def _labels(fig):
+    """(x labels, y labels) of a figure's axes that have one."""
+    return ([ax.get_xlabel() for ax in fig.axes if ax.get_xlabel()],
+            [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel()])
+
+
+def test_every_axis_label_carries_a_unit():
+    rng = np.random.default_rng(2)
+    t = 0.01 * np.arange(1, 21)
+    measured = rng.normal(size=(12, 20, 2))
+    predicted = measured + 0.1 * rng.normal(size=(30, 12, 20, 2))
+    predicted[4] = np.inf                                # a diverged particle is left out
+    figures = [
+        report.prediction_figure(t, measured, predicted, ['q j1 [rad]', 'qd j1 [rad/s]']),
+        report.convergence_figure(np.geomspace(10.0, 0.1, 30)),
+        report.posterior_figure(rng.normal(size=(300, 2)), ['m [kg]', 'c [N m]']),
+        report.trajectory_density_figure(t, predicted[:, 0], measured[:2], ['a [m]', 'b [m]']),
+    ]
+    for fig in figures:
+        xlabels, ylabels = _labels(fig)
+        assert xlabels and ylabels
+        assert all(re.search(r'\[[^]]+\]', label) for label in xlabels + ylabels), (
+            xlabels, ylabels)
+    # The prediction shows the first 8 of 12 segments back to back: 8 x 0.2 s.
+    assert figures[0].axes[0].get_xlim()[1] >= 1.6
+    report.save_figure(figures[0], io.BytesIO())
+
+
+def test_prediction_and_corner_reject_bad_input():
+    with pytest.raises(ValueError, match='expected 2 labels'):
+        report.prediction_figure(np.arange(1.0, 4.0), np.zeros((2, 3, 2)),
+                                 np.zeros((5, 2, 3, 2)), ['q [rad]'])
+    with pytest.raises(ValueError, match='needs more than 3 finite particles'):
+        report.posterior_figure(np.ones((3, 3)), ['a', 'b', 'c'])
