@@ -191,12 +191,17 @@ def sample_checks(particles: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray,
     return np.mean(particles < truth, axis=0), np.stack(inside)
 
 
-def online_draws(num_truths: int, seed: int, progress=print) -> dict[int, list[Draw]]:
+def online_draws(num_truths: int, seed: int, start: str | None = None, progress=print
+                 ) -> dict[int, list[Draw]]:
     """The live session's posterior after each of CHECKPOINTS windows, per random truth
-    (module doc): {windows: [Draw per truth]}."""
+    (module doc): {windows: [Draw per truth]}; `start`: `estimator.start` instead of the
+    configuration's."""
     cfg = config_io.load_yaml(str(LIVE_CONFIG))
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, torque_samples='held'),
                               online=dataclasses.replace(cfg.online, save_path=''))
+    if start is not None:
+        cfg = dataclasses.replace(cfg, estimator=dataclasses.replace(cfg.estimator,
+                                                                     start=start))
     problem = pipeline.build_problem(cfg)
     rng = np.random.default_rng(seed)
     draws: dict[int, list[Draw]] = {k: [] for k in CHECKPOINTS}
@@ -312,6 +317,8 @@ def main(argv=None) -> int:
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--online', type=int, default=0, metavar='N',
                         help='also the live session on N truths (0: not run)')
+    parser.add_argument('--online-start', choices=config_io.STARTS,
+                        help="the live session's estimator.start (default: its config's)")
     parser.add_argument('--quick', action='store_true',
                         help='pendulum only, exact setting, 30 truths')
     parser.add_argument('--out', default=os.path.join('/tmp', 'sysid_calibration'))
@@ -343,7 +350,7 @@ def main(argv=None) -> int:
                 summary[f'{case}_{setting}_{label}_cov90'] = pooled[1]
     if args.online:
         names = pipeline.build_problem(config_io.load_yaml(str(LIVE_CONFIG))).spec.names
-        for windows, draws in online_draws(args.online, args.seed).items():
+        for windows, draws in online_draws(args.online, args.seed, args.online_start).items():
             key = f'online/after {windows} windows'
             groups[key] = draws
             pooled = print_table(key, draws, names)

@@ -218,7 +218,7 @@ def shooting_problem(problem: Problem, trajs: Sequence[Trajectory], theta=None
         setting = lik.make_shooting_likelihood(
             problem.model, problem.dt, cfg.estimator.shooting_windows,
             cfg.estimator.likelihood, integrator=cfg.model.integrator,
-            actuator=cfg.model.actuator, substeps=problem.substeps)
+            actuator=cfg.model.actuator, substeps=problem.substeps, start=cfg.estimator.start)
         data = lik.make_trajectory_data(setting, states, controls, noise)
     except ValueError as exc:
         raise DataError(str(exc)) from exc

@@ -23,6 +23,16 @@ equality constraints that make the prediction one continuous simulation; they ar
 divided by the per-dimension state scale (seed §1.3) for the constraint solver (`csvgd`).
 W = 1 is single shooting (no shooting states, no defects).
 
+Start of window 0 (`ShootingLikelihood.start`): 'measured' starts it at the measured x0;
+'profiled' (single shooting only) starts it, for each parameter vector, at the state that
+fits the whole window best (`fit_window_starts`, a few Gauss-Newton steps from x0), held
+constant under differentiation. A noisy measured start carries its noise through every
+predicted sample, which biases the posterior and narrows it (errors in variables); the
+profiled start removes that. Its gradient is exact by the envelope theorem (the residual is
+stationary in the start at the fitted one), and the profile stands in for the marginal over
+the start (their difference, the log determinant of the start's Gauss-Newton Hessian, varies
+little with the parameters).
+
 Likelihood of one trajectory k: independent Gaussian observation noise with a standard
 deviation per observed dimension,
 
@@ -63,6 +73,7 @@ from sysid_ros.core.model.types import Params, RobotModel
 
 __all__ = [
     'COMBINE',
+    'STARTS',
     'TrajectoryData',
     'LikelihoodTerms',
     'ShootingLikelihood',
@@ -82,6 +93,11 @@ __all__ = [
 ]
 
 COMBINE = ('sum', 'product')
+STARTS = ('measured', 'profiled')
+# Gauss-Newton steps of a profiled start from the measured one: the residual is nearly
+# linear in the start at noise-sized offsets, so two steps reach it to a small fraction of
+# the noise.
+PROFILE_ITERATIONS = 2
 
 
 class TrajectoryData(NamedTuple):
@@ -148,6 +164,7 @@ class ShootingLikelihood:
       batch_scale: factor of the 'product' log-likelihood: K / B when each step sees a
         mini-batch of B of the K trajectories (`select_trajectories`), which makes it an
         unbiased estimate of the whole set's; `residual_loss` divides it out again.
+      start: 'measured' or 'profiled' start of window 0 (module doc).
     """
 
     model: RobotModel
@@ -160,6 +177,7 @@ class ShootingLikelihood:
     substeps: int = 1
     mocap: tuple[observations.MocapFrame, ...] = ()
     batch_scale: float = 1.0
+    start: str = 'measured'
 
     @property
     def state_dim(self) -> int:
@@ -236,7 +254,8 @@ class ShootingLikelihood:
 def make_shooting_likelihood(model: RobotModel, dt: float, num_windows: int = 1,
                              combine: str = 'sum', observed: Sequence[int] | None = None,
                              integrator='semi_implicit_euler', actuator='viscous',
-                             substeps: int = 1, mocap=None) -> ShootingLikelihood:
+                             substeps: int = 1, mocap=None,
+                             start: str = 'measured') -> ShootingLikelihood:
     """Build and validate a `ShootingLikelihood` (see the module doc).
 
     Args:
@@ -249,15 +268,22 @@ def make_shooting_likelihood(model: RobotModel, dt: float, num_windows: int = 1,
       mocap: tracked frames for the motion-capture model instead (link names, body indices,
         `observations.MocapFrame`s or (body, offset (6,)) pairs; see
         `observations.make_mocap_frames`), or None.
+      start: 'measured' or 'profiled' start of window 0 (module doc).
 
     Raises:
-      ValueError: unknown combine, integrator or actuator; dt <= 0; num_windows < 1;
+      ValueError: unknown combine, integrator, actuator or start; dt <= 0; num_windows < 1;
         substeps < 1; observed indices outside [0, 2 nv) or repeated; an invalid tracked
-        frame; both observed and mocap given.
+        frame; both observed and mocap given; a profiled start with several windows.
     """
     if combine not in COMBINE:
         raise ValueError(f'likelihood: combine: expected one of {" | ".join(COMBINE)}, '
                          f'got {combine!r}')
+    if start not in STARTS:
+        raise ValueError(f'likelihood: start: expected one of {" | ".join(STARTS)}, '
+                         f'got {start!r}')
+    if start == 'profiled' and num_windows != 1:
+        raise ValueError(f'likelihood: start: profiled needs single shooting (num_windows '
+                         f'1), got num_windows={num_windows!r}')
     if not float(dt) > 0.0:
         raise ValueError(f'likelihood: dt: expected > 0, got {dt!r}')
     if int(num_windows) != num_windows or num_windows < 1:
@@ -279,7 +305,8 @@ def make_shooting_likelihood(model: RobotModel, dt: float, num_windows: int = 1,
         frames = observations.make_mocap_frames(model, mocap)
     return ShootingLikelihood(model=model, dt=float(dt), num_windows=int(num_windows),
                               combine=combine, observed=observed, integrator=integrator,
-                              actuator=actuator, substeps=int(substeps), mocap=frames)
+                              actuator=actuator, substeps=int(substeps), mocap=frames,
+                              start=start)
 
 
 def make_trajectory_data(likelihood: ShootingLikelihood, states, controls, noise_std,
@@ -466,7 +493,12 @@ def log_likelihood(likelihood: ShootingLikelihood, params: Params, shooting: jax
       LikelihoodTerms (log_lik, per_trajectory, normalised defects). NaN/inf where the
       simulation diverged.
     """
-    windows = simulate_windows(likelihood, params, data.x0, shooting, data.controls)
+    x0 = data.x0
+    if likelihood.start == 'profiled':
+        # Fitted at constant parameters: no derivative is traced through the fit.
+        x0 = fit_window_starts(likelihood, jax.lax.stop_gradient(params), data,
+                               PROFILE_ITERATIONS)
+    windows = simulate_windows(likelihood, params, x0, shooting, data.controls)
     predicted = observe(likelihood, params, predicted_trajectories(windows))
     residual = (predicted - data.observations) / data.noise_std
     log_norm = _trajectory_log_normaliser(data)
