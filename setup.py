@@ -45,6 +45,7 @@ setup(
             'sim_robot = sysid_ros.ros.sim_robot:main',
             'estimator = sysid_ros.ros.estimator:main',
             'bag_player = sysid_ros.ros.bag_player:main',
+            'trajectory_publisher = sysid_ros.ros.trajectory_publisher:main',
         ],
     },
 )

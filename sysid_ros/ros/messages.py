@@ -81,12 +81,14 @@ class PoseArrays(NamedTuple):
 
 class TrajectoryArrays(NamedTuple):
     """The contents of a JointTrajectory: t (T,) [s] (stamp + time_from_start), names (n,),
-    q (T, n) [rad, m], qd (T, n) [rad/s, m/s]."""
+    q (T, n) [rad, m], qd (T, n) [rad/s, m/s], qdd (T, n) [rad/s^2, m/s^2] (None unless
+    every point has n accelerations)."""
 
     t: np.ndarray
     names: tuple[str, ...]
     q: np.ndarray
     qd: np.ndarray
+    qdd: np.ndarray | None = None
 
 
 def stamp_to_seconds(stamp: Time) -> float:
@@ -249,15 +251,19 @@ def _duration(seconds: float) -> Duration:
     return Duration(sec=stamp.sec, nanosec=stamp.nanosec)
 
 
-def arrays_to_trajectory(t, names: Sequence[str], q, qd) -> JointTrajectory:
-    """(t (T,) [s], names (n,), q (T, n), qd (T, n)) -> JointTrajectory stamped at t[0]."""
+def arrays_to_trajectory(t, names: Sequence[str], q, qd, qdd=None) -> JointTrajectory:
+    """(t (T,) [s], names (n,), q (T, n), qd (T, n), optional qdd (T, n)) -> JointTrajectory
+    stamped at t[0] (0: a joint_trajectory_controller starts it on arrival)."""
     t = np.asarray(t, dtype=float)
     msg = JointTrajectory()
     msg.header.stamp = seconds_to_stamp(float(t[0]))
     msg.joint_names = [str(n) for n in names]
+    accelerations = np.zeros((len(t), 0)) if qdd is None else np.asarray(qdd)
     msg.points = [JointTrajectoryPoint(positions=_array(qk), velocities=_array(qdk),
+                                       accelerations=_array(qddk),
                                        time_from_start=_duration(float(tk - t[0])))
-                  for tk, qk, qdk in zip(t, np.asarray(q), np.asarray(qd))]
+                  for tk, qk, qdk, qddk in zip(t, np.asarray(q), np.asarray(qd),
+                                               accelerations)]
     return msg
 
 
@@ -266,6 +272,9 @@ def trajectory_to_arrays(msg: JointTrajectory) -> TrajectoryArrays:
     t0 = stamp_to_seconds(msg.header.stamp)
     t = np.array([t0 + stamp_to_seconds(p.time_from_start) for p in msg.points])
     n = len(msg.joint_names)
+    complete = msg.points and all(len(p.accelerations) == n for p in msg.points)
     return TrajectoryArrays(t, tuple(msg.joint_names),
                             np.array([p.positions for p in msg.points]).reshape(-1, n),
-                            np.array([p.velocities for p in msg.points]).reshape(-1, n))
+                            np.array([p.velocities for p in msg.points]).reshape(-1, n),
+                            np.array([p.accelerations for p in msg.points]).reshape(-1, n)
+                            if complete else None)

@@ -30,6 +30,17 @@ keeps the inertia about the centre of mass), so that the estimator's model class
 the truth; `perturb_unidentified:=true` keeps the whole perturbation instead (unmodelled
 dynamics, e.g. to test robustness).
 
+Following a trajectory (e.g. `sysid excite`'s): with `trajectory` (a JointTrajectory YAML,
+followed from the start, the robot starting at its first point) or on every
+trajectory_msgs/JointTrajectory message on `trajectory_topic` (followed from its arrival;
+e.g. `/joint_trajectory_controller/joint_trajectory`, where `trajectory_publisher` sends),
+the torques come from a computed-torque law instead of the sum of sines
+(`core.dynamics.control.track`): the controller knows the nominal model (not the ground
+truth, not the payload), its error dynamics have the natural frequency `tracking_frequency`,
+each command is held over one publish period and clipped to the effort limits. The reference
+is interpolated linearly between the points; after the last point the robot holds it, and
+before the first message on `trajectory_topic` it holds its rest pose.
+
 Payload (`core.model.edits.add_point_mass`): a point mass `payload_mass` [kg] at `payload_position` (in the
 frame of `payload_link`; default: that link's centre of mass) is added at `payload_time` [s
 after start] if >= 0, or on the `~/pick_up_payload` service (std_srvs/Trigger);
@@ -68,11 +79,13 @@ from scipy.spatial.transform import Rotation
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
+from trajectory_msgs.msg import JointTrajectory
 
 from sysid_ros.core.model import edits, inertia
+from sysid_ros.core.dynamics import control
 from sysid_ros.core.dynamics import integrators
 from sysid_ros.core.dynamics import kinematics
-from sysid_ros.io import pipeline
+from sysid_ros.io import excitation, pipeline
 from sysid_ros.io.errors import InputError
 from sysid_ros.ros import messages
 
@@ -195,6 +208,23 @@ class SimRobot(Node):
         # Torques are evaluated for about a second of ticks at once (`_controls`).
         self._block_ticks = max(1, int(round(p['publish_rate'] / self._batch)))
         self._block = (None, None)              # (first tick, (block * B * K + 1, nv) torques)
+        # Rest pose: q = 0, clipped into the joint limits.
+        q_rest = np.clip(np.zeros(self._nv), model.q_min or -np.inf, model.q_max or np.inf)
+        # Trajectory following: (first control instant, t (K,), q, qd, qdd (K, nv)) or None.
+        self._reference = None
+        self._following = bool(p['trajectory'] or p['trajectory_topic'])
+        if self._following and self._actuator not in control.ADDITIVE_ACTUATORS:
+            raise InputError(f'parameters trajectory, trajectory_topic: following needs an '
+                             f'actuator of {", ".join(control.ADDITIVE_ACTUATORS)}, got '
+                             f'{self._actuator!r}')
+        self._tracking_frequency = 2.0 * np.pi * p['tracking_frequency']
+        if p['trajectory']:
+            ref = excitation.load_joint_trajectory(p['trajectory'])
+            self._follow(ref.joint_names, ref.t, ref.q, ref.qd, ref.qdd, first=0)
+        elif self._following:                   # hold the rest pose until a trajectory comes
+            hold = np.stack([q_rest, q_rest])
+            zero = np.zeros_like(hold)
+            self._follow(model.joint_names, np.array([0.0, 1.0]), hold, zero, zero, first=0)
         self._rng = np.random.default_rng([p['seed'], 3])
         self._noise_std = p['noise']
         self._effort_noise = p['effort_noise']
@@ -210,9 +240,10 @@ class SimRobot(Node):
         self._mocap_frame = p['mocap_frame']
         self._frame_id = p['frame_id']
 
-        # State: at rest at q = 0 (inside the joint limits).
-        q0 = np.clip(np.zeros(self._nv), model.q_min or -np.inf, model.q_max or np.inf)
-        self._x0 = np.concatenate([q0, np.zeros(self._nv)])
+        # State: at rest (or at the start of the trajectory to follow).
+        self._x0 = np.concatenate([q_rest, np.zeros(self._nv)])
+        if self._reference is not None:
+            self._x0 = np.concatenate([self._reference[2][0], self._reference[3][0]])
         self._x = self._x0
         self._ticks = 0                          # ticks simulated since start
         self._published = 0
@@ -235,6 +266,10 @@ class SimRobot(Node):
         self._truth_pub = self.create_publisher(DiagnosticArray, '~/ground_truth', latched)
         self.create_service(Trigger, '~/pick_up_payload', self._on_pick_up)
         self.create_service(Trigger, '~/drop_payload', self._on_drop)
+        self._trajectory_topic = p['trajectory_topic']
+        if self._trajectory_topic:
+            self.create_subscription(JointTrajectory, self._trajectory_topic,
+                                     self._on_trajectory, 10)
 
         self._start = None                      # clock time of simulated t = 0 (first tick)
         self._wall_start = self._wall_last = time.monotonic()
@@ -285,6 +320,12 @@ class SimRobot(Node):
             ('frame_id', '', 'frame_id of the joint states'),
             ('publish_commands', False, 'also publish the torques on torque_commands '
              '(std_msgs/Float64MultiArray)'),
+            ('trajectory', '', 'JointTrajectory YAML (sysid excite) to follow from the start '
+             'instead of the sum of sines; the robot starts at its first point'),
+            ('trajectory_topic', '', 'trajectory_msgs/JointTrajectory topic whose messages '
+             'are followed on arrival (empty: none)'),
+            ('tracking_frequency', 5.0, 'natural frequency of the computed-torque tracking '
+             '[Hz]'),
         ]
         values = {}
         for name, default, description in specs:
@@ -295,7 +336,8 @@ class SimRobot(Node):
             values[name] = _typed(name, self.get_parameter(name).value, default)
         values['payload_position'] = ([] if len(values['payload_position']) < 2
                                       else list(values['payload_position']))
-        for name, low in (('publish_rate', 0.0), ('sim_rate', 0.0), ('max_frequency', 0.0)):
+        for name, low in (('publish_rate', 0.0), ('sim_rate', 0.0), ('max_frequency', 0.0),
+                          ('tracking_frequency', 0.0)):
             if not values[name] > low:
                 raise InputError(f'parameter {name}: expected a number > {low:g}, '
                                  f'got {values[name]!r}')
@@ -338,6 +380,19 @@ class SimRobot(Node):
         self._advance = integrators.make_advance_fn(self._model, self._dt, self._steps, self._integrator,
                                         self._actuator)
         states = self._advance(self._nominal, self._x0, self._controls(0)[:-1])
+        if self._following:
+            model, period, limit = self._model, self._period, self._limit
+
+            def track(params, control_params, x, q_ref, qd_ref, qdd_ref):
+                return control.track(model, params, control_params, x, q_ref, qd_ref,
+                                     qdd_ref, period, limit, self._tracking_frequency,
+                                     integrator=self._integrator, actuator=self._actuator,
+                                     substeps=self._steps)
+
+            self._track = jax.jit(track)
+            rest = np.broadcast_to(self._x0[:self._nv], (self._batch + 1, self._nv))
+            zero = np.zeros_like(rest)
+            self._track(self._nominal, self._problem.base_params, self._x0, rest, zero, zero)
         if self._mocap_body is not None:
             self._poses = kinematics.make_pose_fn(self._model, self._mocap_body)
             self._poses(self._nominal, states[:, :self._nv])
@@ -370,8 +425,12 @@ class SimRobot(Node):
             self._payload_timer_done = True
             if not self._payload_held:
                 self._set_payload(True, 'payload_time')
-        u = self._controls(tick)
-        states = np.asarray(self._advance(self._truth, self._x, u[:-1]))
+        if self._reference is None:
+            u = self._controls(tick)
+            states = np.asarray(self._advance(self._truth, self._x, u[:-1]))
+            efforts = u[self._steps::self._steps]   # the torque held from each stamp on
+        else:
+            states, efforts = self._tracked(tick)
         if not np.all(np.isfinite(states)):
             self._resets += 1
             self.get_logger().error('simulation diverged; back to rest',
@@ -379,7 +438,6 @@ class SimRobot(Node):
             states = np.broadcast_to(self._x0, states.shape)
         self._x = states[-1]
         self._ticks += 1
-        efforts = u[self._steps::self._steps]   # the torque held from each stamp on
         q_true = states[:, :self._nv]
         q, qd = q_true, states[:, self._nv:]
         if self._noise_std > 0.0:
@@ -405,6 +463,40 @@ class SimRobot(Node):
                 self._pose_pub.publish(messages.arrays_to_pose(
                     stamp, origins[b], quats[b], frame_id=self._mocap_frame))
         self._published += self._batch
+
+    def _follow(self, names, t, q, qd, qdd, first: int) -> None:
+        """Follow (t (K,) [s] from `first`'s control instant on, q, qd, qdd (K, nv) in the
+        order of `names`)."""
+        order = [list(names).index(j) if j in names else -1 for j in self._model.joint_names]
+        if -1 in order or len(names) != self._nv:
+            raise InputError(f'trajectory: expected the joints '
+                             f'{", ".join(self._model.joint_names)}, got {", ".join(names)}')
+        self._reference = (first, np.asarray(t, float),
+                           *(np.asarray(a, float)[:, order] for a in (q, qd, qdd)))
+        self.get_logger().info(f'following a trajectory of {len(t)} points, '
+                               f'{t[-1] - t[0]:.2f} s, from t = '
+                               f'{first * self._period:.3f} s')
+
+    def _on_trajectory(self, msg: JointTrajectory) -> None:
+        arrays = messages.trajectory_to_arrays(msg)
+        if len(arrays.t) == 0:
+            return
+        qdd = arrays.qdd if arrays.qdd is not None else np.zeros_like(arrays.q)
+        try:
+            self._follow(arrays.names, arrays.t - messages.stamp_to_seconds(msg.header.stamp),
+                         arrays.q, arrays.qd, qdd, first=self._ticks * self._batch)
+        except InputError as exc:
+            self.get_logger().error(f'ignored a trajectory on {self._trajectory_topic}: {exc}')
+
+    def _tracked(self, tick: int) -> tuple[np.ndarray, np.ndarray]:
+        """(B, 2 nv) states and (B, nv) commands held from their stamps of `tick` under the
+        computed-torque law following the reference."""
+        first, t, q, qd, qdd = self._reference
+        times = (tick * self._batch + np.arange(self._batch + 1) - first) * self._period
+        ref = [np.stack([np.interp(times, t, a[:, j]) for j in range(self._nv)], axis=1)
+               for a in (q, qd, qdd)]
+        states, u = self._track(self._truth, self._problem.base_params, self._x, *ref)
+        return np.asarray(states[1:]), np.asarray(u[1:])
 
     # ------------------------------------------------------------------------------------------
     # Payload and ground truth

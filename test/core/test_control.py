@@ -23,7 +23,7 @@ def test_command_torque_inverts_the_forward_dynamics_with_friction():
 def test_track_follows_a_reference_with_an_exact_model():
     model, params = builders.double_pendulum(damping=0.1)
     dt = 0.005
-    t = np.arange(400) * dt
+    t = np.arange(401) * dt
     q_ref = np.stack([0.5 * np.sin(2 * t), 0.3 * np.sin(3 * t)], axis=1)
     qd_ref = np.stack([np.cos(2 * t), 0.9 * np.cos(3 * t)], axis=1)
     qdd_ref = np.stack([-2 * np.sin(2 * t), -2.7 * np.sin(3 * t)], axis=1)
@@ -32,6 +32,15 @@ def test_track_follows_a_reference_with_an_exact_model():
     states, u = track(model, params, params, x0, q_ref, qd_ref, qdd_ref, dt,
                       jnp.full(2, 100.0), 2 * np.pi * 5.0, integrator='rk4',
                       actuator='viscous', substeps=2)
-    assert states.shape == (401, 4) and u.shape == (400, 2)
-    error = np.abs(np.asarray(states[1:-1, :2]) - q_ref[1:])
+    assert states.shape == (401, 4) and u.shape == (401, 2)
+    error = np.abs(np.asarray(states[:, :2]) - q_ref)
     assert np.max(error) < 2e-3                      # held commands: an O(dt^2) error only
+    # Two calls, the second from where the first stopped, are one simulation.
+    half = [a[:201] for a in (q_ref, qd_ref, qdd_ref)]
+    rest = [a[200:] for a in (q_ref, qd_ref, qdd_ref)]
+    first, u1 = track(model, params, params, x0, *half, dt, jnp.full(2, 100.0), 2 * np.pi * 5.0,
+                      integrator='rk4', actuator='viscous', substeps=2)
+    second, u2 = track(model, params, params, first[-1], *rest, dt, jnp.full(2, 100.0),
+                       2 * np.pi * 5.0, integrator='rk4', actuator='viscous', substeps=2)
+    np.testing.assert_allclose(np.concatenate([first, second[1:]]), states, atol=1e-12)
+    np.testing.assert_allclose(np.concatenate([u1[:-1], u2]), u, atol=1e-9)

@@ -128,6 +128,9 @@ def test_a_window_round_trips_through_a_joint_trajectory():
     assert back.names == ('joint1', 'joint2')
     np.testing.assert_array_equal(back.q, q)
     np.testing.assert_array_equal(back.qd, -q)
+    assert back.qdd is None
+    with_accelerations = messages.arrays_to_trajectory(t, ['joint1', 'joint2'], q, -q, 2 * q)
+    np.testing.assert_array_equal(messages.trajectory_to_arrays(with_accelerations).qdd, 2 * q)
 
 
 def test_the_estimate_is_a_joint_state_of_means_and_stds():

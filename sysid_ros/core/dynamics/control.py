@@ -71,13 +71,13 @@ def track(model: RobotModel, params: Params, control_params: Params, x0, q_ref, 
           qdd_ref, dt, u_max, frequency, damping_ratio=1.0, integrator='rk4',
           actuator='viscous', substeps=1):
     """Simulate a robot (`params`) that follows a reference under the computed-torque law of
-    a controller that knows `control_params`, commands held over each control period.
+    a controller that knows `control_params`, each command held over one control period.
 
     Args:
       model: static tree.
       params: the robot's true parameters; control_params: the controller's model.
       x0: (2 nv,) initial state [q; qd].
-      q_ref, qd_ref, qdd_ref: (T, nv) reference at the start of each control period.
+      q_ref, qd_ref, qdd_ref: (T + 1, nv) reference at the T + 1 control instants.
       dt: control period [s].
       u_max: (nv,) command limit [N m, N]; commands are clipped to +-u_max.
       frequency, damping_ratio: gains of `computed_torque`.
@@ -85,17 +85,27 @@ def track(model: RobotModel, params: Params, control_params: Params, x0, q_ref, 
         `integrators.rollout`.
 
     Returns:
-      states (T + 1, 2 nv), x0 first, and the held commands (T, nv).
+      states (T + 1, 2 nv), x0 first, and commands (T + 1, nv): commands[k] is the law at
+      states[k] and the reference k, held from instant k on (the last one starts the next
+      period: a later call from states[T] with the reference from instant T on continues
+      the same simulation).
     """
     nv = model.nv
 
-    def period(x, ref):
+    def law(x, ref):
         u = computed_torque(model, control_params, x[:nv], x[nv:], *ref, frequency,
                             damping_ratio, actuator)
-        u = jnp.clip(u, -u_max, u_max)
+        return jnp.clip(u, -u_max, u_max)
+
+    def period(x, ref):
+        u = law(x, ref)
         x = integrators.rollout(model, params, x, u[None], dt, integrator=integrator,
                                 actuator=actuator, substeps=substeps)[-1]
         return x, (x, u)
 
-    _, (states, controls) = jax.lax.scan(period, jnp.asarray(x0), (q_ref, qd_ref, qdd_ref))
-    return jnp.concatenate([jnp.asarray(x0)[None], states], axis=0), controls
+    x0 = jnp.asarray(x0)
+    refs = (jnp.asarray(q_ref), jnp.asarray(qd_ref), jnp.asarray(qdd_ref))
+    last, (states, controls) = jax.lax.scan(period, x0, tuple(r[:-1] for r in refs))
+    final = law(last, tuple(r[-1] for r in refs))
+    return (jnp.concatenate([x0[None], states], axis=0),
+            jnp.concatenate([controls, final[None]], axis=0))
