@@ -85,6 +85,26 @@ def test_mocap_trajectory_vmaps_over_leading_axes():
         model, params, states[1, 2, :model.nv], frames), atol=1e-14)
 
 
+def test_pose_points_match_mocap_points_at_the_true_states():
+    # A measured pose (position, quaternion [x, y, z, w]) of a tracked frame becomes the same
+    # points as the observation model predicts from forward kinematics; both signs of the
+    # quaternion are the same rotation.
+    rotation = pytest.importorskip('scipy.spatial.transform').Rotation
+    model, params = CHAIN
+    frames = observations.make_mocap_frames(model, ['link4', (1, OFFSET)])
+    qs = jnp.asarray(np.random.default_rng(4).uniform(-1.5, 1.5, (6, model.nv)))
+    placements = [jax.vmap(lambda q, f=f: observations.frame_placement(model, params, q, f))(qs)
+                  for f in frames]
+    position = np.stack([np.asarray(p) for _, p in placements], axis=1)          # (6, 2, 3)
+    quaternion = np.stack([rotation.from_matrix(np.asarray(R)).as_quat()
+                           for R, _ in placements], axis=1)                      # (6, 2, 4)
+    quaternion[::2] *= -1.0
+    got = observations.pose_points(position, quaternion)
+    expected = jax.vmap(lambda q: observations.mocap_points(model, params, q, frames))(qs)
+    assert got.shape == (6, 24)
+    np.testing.assert_allclose(got, expected, atol=1e-12, rtol=0)
+
+
 @pytest.mark.parametrize('frames, match', [
     ([], 'at least one'),
     (['nope'], 'unknown link'),
@@ -192,8 +212,6 @@ def test_mocap_data_and_settings_are_rejected_before_compilation():
     with pytest.raises(ValueError, match='noise_std'):
         lk.make_trajectory_data(setting, states[None], controls[None], np.ones(3),
                                 observations=np.zeros((1, T + 1, 24)))
-    with pytest.raises(ValueError, match='not both'):
-        lk.make_shooting_likelihood(model, DT, observed=(0, 1), mocap=['link1'])
     with pytest.raises(ValueError, match='unknown link'):
         lk.make_shooting_likelihood(model, DT, mocap=['gripper'])
     data, _, _ = _mocap_data(setting, params)
@@ -218,3 +236,42 @@ def test_state_dimension_path_is_unchanged():
     shooting = lk.initial_shooting_states(setting, data)
     np.testing.assert_array_equal(shooting[0][:, [0, 5]], states[[T // W, 2 * T // W]][:, [0, 5]])
     np.testing.assert_array_equal(shooting[0][:, 1], np.broadcast_to(data.state_mean[1], W - 1))
+
+
+def test_joint_states_and_mocap_observed_together():
+    # observed state dims and tracked frames stack: O = len(observed) + 12 F, and the
+    # log-likelihood is that of the states plus that of the points.
+    model, params = CHAIN
+    dims = tuple(range(2 * model.nv))
+    both = lk.make_shooting_likelihood(model, DT, 1, 'product', observed=dims,
+                                       actuator='viscous', mocap=['link4'])
+    points_only = lk.make_shooting_likelihood(model, DT, 1, 'product', actuator='viscous',
+                                              mocap=['link4'])
+    states_only = lk.make_shooting_likelihood(model, DT, 1, 'product', actuator='viscous')
+    assert both.observation_dim == 2 * model.nv + 12 and points_only.observed_dims == ()
+    states, controls = _truth(params)
+    noise = np.random.default_rng(5).normal(size=states.shape)
+    measured = states + 0.01 * noise
+    points = np.asarray(observations.mocap_trajectory(model, params, jnp.asarray(states),
+                                                      both.mocap)) + 0.002
+    state_noise, point_noise = np.full(2 * model.nv, 0.01), np.full(12, 0.003)
+    data = lk.make_trajectory_data(both, measured[None], controls[None],
+                                   np.concatenate([state_noise, point_noise]),
+                                   observations=np.concatenate([measured, points], 1)[None])
+    data_p = lk.make_trajectory_data(points_only, measured[None], controls[None], point_noise,
+                                     observations=points[None])
+    data_s = lk.make_trajectory_data(states_only, measured[None], controls[None], state_noise)
+    np.testing.assert_allclose(lk.observe(both, params, jnp.asarray(states)),
+                               np.concatenate([states, points - 0.002], 1), atol=1e-12)
+    heavier = dataclasses.replace(params, inertial=params.inertial.at[3].multiply(1.3))
+    empty = jnp.zeros((1, 0, 2 * model.nv))
+    total = lk.log_likelihood(both, heavier, empty, data).log_lik
+    parts = (lk.log_likelihood(points_only, heavier, empty, data_p).log_lik
+             + lk.log_likelihood(states_only, heavier, empty, data_s).log_lik)
+    np.testing.assert_allclose(total, parts, rtol=1e-12)
+    scale = both.observation_scale(data)
+    np.testing.assert_array_equal(scale[:2 * model.nv], data.state_scale)
+    np.testing.assert_array_equal(scale[2 * model.nv:], points_only.observation_scale(data_p))
+    with pytest.raises(ValueError, match=r'8 observed state dims \+ 12 per tracked frame'):
+        lk.make_trajectory_data(both, measured[None], controls[None], 0.01,
+                                observations=points[None])

@@ -16,6 +16,10 @@ The tracked frame is placed in its body's frame by a fixed offset `MocapFrame.of
 Its world placement comes from `kinematics.forward_kinematics` at the joint positions q, so the
 points are differentiable with respect to q and to `Params.placement`.
 
+A measured pose (position [m] and unit quaternion [x, y, z, w], as geometry_msgs/Pose) becomes
+the same four points through `pose_points`, so measured and predicted observations compare
+point by point.
+
 `MocapFrame` is static (hashable Python values): it can be a field of a static likelihood
 setting and a static argument of `jax.jit`.
 """
@@ -39,6 +43,8 @@ __all__ = [
     'MocapFrame',
     'make_mocap_frames',
     'frame_points',
+    'frame_placement',
+    'pose_points',
     'mocap_points',
     'mocap_trajectory',
 ]
@@ -118,17 +124,58 @@ def make_mocap_frames(model: RobotModel, frames) -> tuple[MocapFrame, ...]:
 
 
 def frame_points(R, p, axis_length: float = AXIS_LENGTH):
-    """The four points of a frame placement: origin and axis tips.
+    """The four points of frame placements: origin and axis tips.
 
     Args:
-      R: (3, 3) orientation of the frame in the world frame (columns: its axes).
-      p: (3,) origin of the frame in the world frame [m].
+      R: (..., 3, 3) orientation of the frame in the world frame (columns: its axes).
+      p: (..., 3) origin of the frame in the world frame [m].
       axis_length: distance of the axis tips from the origin [m].
 
     Returns:
-      (4, 3) points [p_o, p_x, p_y, p_z] in the world frame [m].
+      (..., 4, 3) points [p_o, p_x, p_y, p_z] in the world frame [m].
     """
-    return jnp.concatenate([p[None], p[None] + axis_length * R.T], axis=0)
+    origin = p[..., None, :]
+    return jnp.concatenate([origin, origin + axis_length * jnp.swapaxes(R, -1, -2)], axis=-2)
+
+
+def pose_points(position, orientation):
+    """Measured poses of tracked frames -> their motion-capture observation.
+
+    Args:
+      position: (..., K, 3) origins of K tracked frames in the world frame [m].
+      orientation: (..., K, 4) their unit quaternions [x, y, z, w] in the world frame.
+
+    Returns:
+      (..., 12 K) points [p_o, p_x, p_y, p_z] of each frame [m], in the layout of
+      `mocap_points` (frame by frame, point by point).
+    """
+    position = jnp.asarray(position)
+    points = frame_points(spatial.quaternion_to_matrix(jnp.asarray(orientation)), position)
+    return points.reshape(position.shape[:-2] + (-1,))
+
+
+def frame_placement(model: RobotModel, params: Params, q, frame: MocapFrame):
+    """World placement of a tracked frame at one configuration.
+
+    Args:
+      model: static tree.
+      params: physical parameters (only `placement` is used, through forward kinematics).
+      q: (nv,) joint positions [rad or m].
+      frame: the tracked frame (static).
+
+    Returns:
+      (R (3, 3), p (3,)): its orientation (columns: its axes) and origin [m] in the world.
+    """
+    return _placed(*kinematics.forward_kinematics(model, params, q), frame)
+
+
+def _placed(rots, poss, frame: MocapFrame):
+    """(R, p) of `frame` from the body placements (nb, 3, 3), (nb, 3) of forward kinematics."""
+    R, p = rots[frame.body], poss[frame.body]
+    if frame.offset != _IDENTITY_OFFSET:
+        offset = jnp.asarray(frame.offset, dtype=R.dtype)
+        R, p = spatial.compose(R, p, *kinematics.placement_transform(offset))
+    return R, p
 
 
 def mocap_points(model: RobotModel, params: Params, q, frames: Sequence[MocapFrame]):
@@ -144,14 +191,8 @@ def mocap_points(model: RobotModel, params: Params, q, frames: Sequence[MocapFra
       (12 F,) for F frames: per frame the points [p_o, p_x, p_y, p_z] in the world frame [m],
       flattened point by point (x, y, z of p_o first).
     """
-    rots, poss = kinematics.forward_kinematics(model, params, q)
-    out = []
-    for frame in frames:
-        R, p = rots[frame.body], poss[frame.body]
-        if frame.offset != _IDENTITY_OFFSET:
-            offset = jnp.asarray(frame.offset, dtype=R.dtype)
-            R, p = spatial.compose(R, p, *kinematics.placement_transform(offset))
-        out.append(frame_points(R, p).reshape(-1))
+    placements = kinematics.forward_kinematics(model, params, q)
+    out = [frame_points(*_placed(*placements, frame)).reshape(-1) for frame in frames]
     return jnp.concatenate(out)
 
 

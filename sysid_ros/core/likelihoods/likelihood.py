@@ -2,14 +2,16 @@
 
 Data: K trajectories of T control steps each, on one time grid of period dt, with measured
 initial states x0 (K, S) (S = 2 nv, x = [q; qd]), commands (K, T, nv) and observations
-(K, T + 1, O). The observation model y = h(params, x) is one of
+(K, T + 1, O). The observation model y = h(params, x) stacks
 
-  * state dimensions (default): O of the state dimensions, joint positions and/or velocities
-    (`ShootingLikelihood.observed`);
-  * motion capture (`ShootingLikelihood.mocap`, seed 000 §2.5): for each of F tracked body
-    frames the world positions of its origin and of its three axis tips 1 m out, O = 12 F
-    (`observations.mocap_points`, through forward kinematics of the predicted q). No state
-    dimension is observed directly.
+  * state dimensions: joint positions and/or velocities (`ShootingLikelihood.observed`; by
+    default all of them without motion capture, none with it);
+  * then motion capture (`ShootingLikelihood.mocap`, seed 000 §2.5): for each of F tracked
+    body frames the world positions of its origin and of its three axis tips 1 m out, 12 per
+    frame (`observations.mocap_points`, through forward kinematics of the predicted q);
+
+so O = len(observed) + 12 F: the seed's box observes the frames only, an arm that holds a
+tracked object observes its joint encoders and the object's pose (`observed` and `mocap`).
 
 h is applied to every predicted sample of every trajectory (vmapped).
 
@@ -50,10 +52,11 @@ makes the dimensions unitless and comparable, so that is what is done here); res
 normalised by the noise standard deviations.
 
 Initial shooting states (`initial_shooting_states`): the measured data at the start of each
-window. With the state-dimension model, the observation where a dimension is observed and the
-state mean elsewhere. With motion capture no state dimension is observed, so they are taken
-from the measured states passed to `make_trajectory_data` (kept in `TrajectoryData.states`:
-joint encoders, with the angles of unactuated joints reconstructed from the tracked frames).
+window. Without motion capture, the observation where a dimension is observed and the state
+mean elsewhere. With motion capture, which observes the state through forward kinematics
+(beside the observed dimensions, if any), they are taken from the measured states passed to
+`make_trajectory_data` (kept in `TrajectoryData.states`: joint encoders, with the angles of
+unactuated joints reconstructed from the tracked frames).
 """
 
 from __future__ import annotations
@@ -156,11 +159,11 @@ class ShootingLikelihood:
       dt: control period [s].
       num_windows: W, shooting windows per trajectory (1: single shooting).
       combine: 'sum' (mixture over trajectories) or 'product' (independent trajectories).
-      observed: indices of the observed state dimensions in [q; qd] (default: all); unused
-        when `mocap` is set.
+      observed: indices of the observed state dimensions in [q; qd]; empty: all of them
+        without `mocap`, none with it.
       integrator, actuator, substeps: simulator settings, see `integrators.rollout`.
-      mocap: tracked frames of the motion-capture observation model (`observations`), or ()
-        for the state-dimension model.
+      mocap: tracked frames of the motion-capture observations (`observations`), after the
+        observed state dimensions; () for none.
       batch_scale: factor of the 'product' log-likelihood: K / B when each step sees a
         mini-batch of B of the K trajectories (`select_trajectories`), which makes it an
         unbiased estimate of the whole set's; `residual_loss` divides it out again.
@@ -185,28 +188,29 @@ class ShootingLikelihood:
 
     @property
     def observed_dims(self) -> tuple[int, ...]:
-        """Observed state dimensions of the state-dimension model (all of them by default)."""
-        return self.observed or tuple(range(self.state_dim))
+        """Observed state dimensions: `observed`, else all of them without motion capture
+        and none with it."""
+        if self.observed or self.mocap:
+            return self.observed
+        return tuple(range(self.state_dim))
 
     @property
     def observation_dim(self) -> int:
-        """O, the size of one observation: 12 per tracked frame, else the observed dims."""
-        if self.mocap:
-            return sum(frame.dim for frame in self.mocap)
-        return len(self.observed_dims)
+        """O, the size of one observation: the observed state dims + 12 per tracked frame."""
+        return len(self.observed_dims) + sum(frame.dim for frame in self.mocap)
 
     def observation_scale(self, data: TrajectoryData) -> jax.Array:
         """(O,) typical spread of each observation dimension over the data.
 
-        The state scale of the observed dimensions for the state-dimension model; for motion
-        capture the standard deviation of each measured coordinate over all samples, floored
-        at its noise standard deviation. `csvgd` weights its constraint terms with it.
+        The state scale of the observed state dimensions; for the motion-capture points the
+        standard deviation of each measured coordinate over all samples, floored at its
+        noise standard deviation. `csvgd` weights its constraint terms with it.
         """
-        if not self.mocap:
-            return data.state_scale[np.asarray(self.observed_dims)]
+        dims = np.asarray(self.observed_dims, dtype=int)
         o = data.observations.shape[-1]
-        spread = jnp.std(data.observations.reshape(-1, o), axis=0)
-        return jnp.maximum(spread, data.noise_std)
+        points = data.observations.reshape(-1, o)[:, len(dims):]
+        spread = jnp.maximum(jnp.std(points, axis=0), data.noise_std[len(dims):])
+        return jnp.concatenate([data.state_scale[dims], spread])
 
     def window_length(self, num_steps: int) -> int:
         """H = T / W (checked by `make_trajectory_data` / `check_data`)."""
@@ -231,7 +235,7 @@ class ShootingLikelihood:
             raise ValueError(f'likelihood: x0: expected shape {(k, self.state_dim)}, got '
                              f'{tuple(data.x0.shape)}')
         obs = self.observation_dim
-        what = '12 per tracked frame' if self.mocap else 'observed dims'
+        what = _observation_layout(self)
         if data.observations.shape != (k, t + 1, obs):
             raise ValueError(f'likelihood: observations: expected shape {(k, t + 1, obs)} '
                              f'(K, T + 1, {what}), got {tuple(data.observations.shape)}')
@@ -263,17 +267,17 @@ def make_shooting_likelihood(model: RobotModel, dt: float, num_windows: int = 1,
       dt: control period [s].
       num_windows: W shooting windows per trajectory.
       combine: 'sum' or 'product' over trajectories.
-      observed: observed state dimensions of the state-dimension model (default: all).
+      observed: observed state dimensions (default: all without mocap, none with it).
       integrator, actuator, substeps: simulator settings, see `integrators.rollout`.
-      mocap: tracked frames for the motion-capture model instead (link names, body indices,
-        `observations.MocapFrame`s or (body, offset (6,)) pairs; see
-        `observations.make_mocap_frames`), or None.
+      mocap: tracked frames whose motion-capture points are observed after the state
+        dimensions (link names, body indices, `observations.MocapFrame`s or (body, offset
+        (6,)) pairs; see `observations.make_mocap_frames`), or None.
       start: 'measured' or 'profiled' start of window 0 (module doc).
 
     Raises:
       ValueError: unknown combine, integrator, actuator or start; dt <= 0; num_windows < 1;
         substeps < 1; observed indices outside [0, 2 nv) or repeated; an invalid tracked
-        frame; both observed and mocap given; a profiled start with several windows.
+        frame; a profiled start with several windows.
     """
     if combine not in COMBINE:
         raise ValueError(f'likelihood: combine: expected one of {" | ".join(COMBINE)}, '
@@ -299,9 +303,6 @@ def make_shooting_likelihood(model: RobotModel, dt: float, num_windows: int = 1,
                          f' got {observed}')
     frames = ()
     if mocap is not None:
-        if observed:
-            raise ValueError('likelihood: give either observed (state dimensions) or mocap '
-                             '(tracked frames), not both')
         frames = observations.make_mocap_frames(model, mocap)
     return ShootingLikelihood(model=model, dt=float(dt), num_windows=int(num_windows),
                               combine=combine, observed=observed, integrator=integrator,
@@ -320,9 +321,11 @@ def make_trajectory_data(likelihood: ShootingLikelihood, states, controls, noise
         motion-capture likelihood also starts its shooting states on them.
       controls: (K, T, nv) commands, or a sequence of (T, nv) arrays.
       noise_std: scalar or (O,) observation noise standard deviation per observation
-        dimension (for motion capture [m], 12 per tracked frame).
-      observations: (K, T + 1, O) observations (or a sequence of (T + 1, O) arrays), or None
-        to take `states[..., observed]`; required for motion capture (O = 12 F points [m]).
+        dimension (the observed state dimensions, then 12 per tracked frame [m]).
+      observations: (K, T + 1, O) observations (or a sequence of (T + 1, O) arrays): the
+        observed state dimensions, then the motion-capture points [m] of each tracked frame
+        (`observations.pose_points` of measured poses); None to take `states[..., observed]`
+        where no frame is tracked.
 
     Returns:
       TrajectoryData.
@@ -365,14 +368,14 @@ def make_trajectory_data(likelihood: ShootingLikelihood, states, controls, noise
     if observations is None:
         if likelihood.mocap:
             raise ValueError(f'trajectory data: observations: a motion-capture likelihood '
-                             f'needs the measured points (K, T + 1, {num_obs}); got None')
+                             f'needs the measured observations (K, T + 1, {num_obs}): '
+                             f'{_observation_layout(likelihood)}; got None')
         observations = states[..., dims]
     else:
         observations = stack(observations, 'observations')
     if observations.shape != (k, t1, num_obs):
-        what = ' (12 per tracked frame)' if likelihood.mocap else ''
-        raise ValueError(f'trajectory data: observations: expected {(k, t1, num_obs)}{what}, '
-                         f'got {observations.shape}')
+        raise ValueError(f'trajectory data: observations: expected {(k, t1, num_obs)} '
+                         f'({_observation_layout(likelihood)}), got {observations.shape}')
     for name, array in (('states', states), ('controls', controls),
                         ('observations', observations)):
         if not np.all(np.isfinite(array)):
@@ -411,10 +414,9 @@ def select_trajectories(data: TrajectoryData, index) -> TrajectoryData:
 def initial_shooting_states(likelihood: ShootingLikelihood, data: TrajectoryData) -> jax.Array:
     """(K, W - 1, S) shooting states at the measured data.
 
-    State-dimension model: the observation at the start of each window where the dimension is
-    observed, the state mean elsewhere. Motion capture (no state dimension observed): the
-    measured states `data.states` at the start of each window, or the state mean where the
-    data carries none.
+    Without motion capture: the observation at the start of each window where the dimension
+    is observed, the state mean elsewhere. With motion capture: the measured states
+    `data.states` at the start of each window, or the state mean where the data carries none.
     """
     k, w1, s = likelihood.shooting_shape(data)
     h = likelihood.window_length(data.num_steps)
@@ -471,12 +473,14 @@ def observe(likelihood: ShootingLikelihood, params: Params, states: jax.Array) -
       states: (..., S) states [q; qd].
 
     Returns:
-      (..., O) observations: the observed state dimensions, or the motion-capture points
+      (..., O) observations: the observed state dimensions, then the motion-capture points
       [m] of every tracked frame (`observations.mocap_trajectory`).
     """
-    if likelihood.mocap:
-        return observations.mocap_trajectory(likelihood.model, params, states, likelihood.mocap)
-    return states[..., np.asarray(likelihood.observed_dims)]
+    observed = states[..., np.asarray(likelihood.observed_dims, dtype=int)]
+    if not likelihood.mocap:
+        return observed
+    points = observations.mocap_trajectory(likelihood.model, params, states, likelihood.mocap)
+    return jnp.concatenate([observed.astype(points.dtype), points], axis=-1)
 
 
 def log_likelihood(likelihood: ShootingLikelihood, params: Params, shooting: jax.Array,
@@ -565,6 +569,15 @@ def residual_noise_std(likelihood: ShootingLikelihood, params: Params, data: Tra
     r = window_residuals(likelihood, params, data.x0, data).reshape(k, num_samples, o)
     dof = jnp.maximum(k * num_samples - num_free / o, 1.0)
     return data.noise_std * jnp.sqrt(jnp.sum(jnp.square(r), axis=(0, 1)) / dof)
+
+
+def _observation_layout(likelihood: ShootingLikelihood) -> str:
+    """What the O observation columns hold, for error messages."""
+    parts = ([f'{len(likelihood.observed_dims)} observed state dims']
+             if likelihood.observed_dims else [])
+    if likelihood.mocap:
+        parts.append(f'12 per tracked frame x {len(likelihood.mocap)}')
+    return ' + '.join(parts)
 
 
 def _trajectory_log_normaliser(data: TrajectoryData) -> jax.Array:

@@ -38,6 +38,16 @@ def rpy_to_matrix(rpy):
     return rot_z(rpy[2]) @ rot_y(rpy[1]) @ rot_x(rpy[0])
 
 
+def quaternion_to_matrix(quaternion):
+    """Unit quaternions (..., 4) [x, y, z, w] (ROS's geometry_msgs/Quaternion order) ->
+    rotations (..., 3, 3) (columns: the rotated frame's axes)."""
+    x, y, z, w = (quaternion[..., i] for i in range(4))
+    rows = [[1.0 - 2.0 * (y * y + z * z), 2.0 * (x * y - z * w), 2.0 * (x * z + y * w)],
+            [2.0 * (x * y + z * w), 1.0 - 2.0 * (x * x + z * z), 2.0 * (y * z - x * w)],
+            [2.0 * (x * z - y * w), 2.0 * (y * z + x * w), 1.0 - 2.0 * (x * x + y * y)]]
+    return jnp.stack([jnp.stack(row, axis=-1) for row in rows], axis=-2)
+
+
 def axis_angle_to_matrix(axis, angle):
     """Rotation by `angle` [rad] about the unit `axis` (3,) (Rodrigues)."""
     k = skew(jnp.asarray(axis, dtype=jnp.result_type(angle, float)))
