@@ -9,12 +9,28 @@ particles (each particle has its own `Params` and state; one jitted call evaluat
     counted in step-gradients per second (particles x steps per second);
   * the compile time of each jitted function;
 
-and beside them, measured in the same run, Pinocchio's `aba` and `rnea` called per particle
-from a Python loop and `computeABADerivatives` per call. The JAX results are checked against
-Pinocchio before they are timed. The last line is `RESULT dynamics key=value ...`.
+and beside them, measured in the same run, the peers at a batch of 1024 states:
+
+  * Pinocchio's `aba` and `rnea` called per particle from a Python loop and
+    `computeABADerivatives` per call (each of 16 particles with its own model);
+  * Pinocchio's OpenMP `abaInParallel` on PEER_THREADS threads. Its `ModelPool` copies one
+    model per thread, so every state of the batch uses the same parameters (the first
+    particle's), where the JAX batch has a parameter set per particle;
+  * MuJoCo's batched `rollout` (PEER_THREADS threads), one `MjModel` per particle compiled from
+    the particle's URDF (armature, damping, motors; contacts and limits off), 100 steps of
+    MuJoCo's Euler integrator (semi-implicit, implicit damping) at dt, in steps per second:
+    a whole simulation step per count (kinematics, mass matrix, factorisation, integration),
+    forward only, since MuJoCo's C library has no parameter gradients;
+  * frax (a JAX rigid-body library, when installed) for the Panda: `forward_dynamics` (CRBA +
+    RNEA + Cholesky) of its own Panda URDF, `jit(vmap)` over states; its link parameters are
+    NumPy constants of the robot object, so one model serves the whole batch.
+
+The JAX results are checked against Pinocchio, abaInParallel, MuJoCo's accelerations and frax
+against Pinocchio on frax's URDF before they are timed. The last line is
+`RESULT dynamics key=value ...`.
 
 Usage:
-  python bench/rigid_body.py [--quick] [--devices N]
+  python bench/dynamics.py [--quick] [--devices N]
 
 `--devices N` splits the particle axis over N XLA host devices (XLA runs one computation
 mostly on one core, so N = number of cores uses them all); batches smaller than N run on one.
@@ -43,6 +59,8 @@ if ARGS.devices > 1:
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import dataclasses  # noqa: E402
+import importlib.util  # noqa: E402
+import warnings  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -53,7 +71,13 @@ from jax.sharding import Mesh, PartitionSpec  # noqa: E402
 from sysid_ros.core.model import builders  # noqa: E402
 from sysid_ros.core.dynamics import rigid_body  # noqa: E402
 from sysid_ros.core.dynamics import integrators  # noqa: E402
-from sysid_ros.io import model_io  # noqa: E402
+from sysid_ros.io import model_io, urdf_export  # noqa: E402
+
+try:
+    import mujoco  # noqa: E402
+    import mujoco.rollout  # noqa: E402
+except ImportError:  # pragma: no cover - environment
+    mujoco = None
 
 jax.config.update('jax_enable_x64', True)
 
@@ -65,6 +89,9 @@ MIN_TIME_S = 0.1 if ARGS.quick else 0.4   # timed calls repeat until this much t
 MIN_REPEATS = 3
 PIN_MODELS = 16                           # distinct Pinocchio models cycled by the loops
 TOLERANCE = 1e-9
+PEER_BATCH = 1024                         # states per call of the batched peers
+PEER_THREADS = 2                          # OpenMP / MuJoCo threads of the batched peers
+MUJOCO_TOLERANCE = 1e-8                   # the URDF that MuJoCo reads prints 17 digits
 
 
 def _systems():
@@ -159,6 +186,105 @@ def _rollout_loss(model):
     return loss
 
 
+def _seconds_per_call(call):
+    """Median wall time [s] of `call()` after one warm-up call (repeated until MIN_TIME_S)."""
+    call()
+    times = []
+    while len(times) < MIN_REPEATS or sum(times) < MIN_TIME_S:
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def _pin_parallel(pin_model, qp, qd, tau):
+    """(ABA/s, max |abaInParallel - aba|) of Pinocchio's OpenMP ABA over the (B, ...) states.
+
+    The pool holds copies of one model, so the whole batch has `pin_model`'s parameters."""
+    pool = pin.ModelPool(pin_model, PEER_THREADS)
+    q_cols, v_cols, tau_cols = (np.asfortranarray(x.T) for x in (qp, qd, tau))
+    qdd = np.zeros_like(v_cols)
+
+    def call():
+        pin.abaInParallel(PEER_THREADS, pool, q_cols, v_cols, tau_cols, qdd)
+
+    seconds = _seconds_per_call(call)
+    data = pin_model.createData()
+    error = max(np.abs(qdd[:, k] - pin.aba(pin_model, data, qp[k], qd[k], tau[k])).max()
+                for k in range(PIN_MODELS))
+    return qp.shape[0] / seconds, error
+
+
+def _mujoco_model(model, params):
+    """MjModel of one particle: its URDF, its armature, one motor per joint, Euler at DT."""
+    spec = mujoco.MjSpec.from_string(urdf_export.model_to_urdf(model, params))
+    spec.option.timestep = DT
+    spec.option.integrator = mujoco.mjtIntegrator.mjINT_EULER
+    spec.option.disableflags |= (mujoco.mjtDisableBit.mjDSBL_CONTACT
+                                 | mujoco.mjtDisableBit.mjDSBL_LIMIT)
+    for i, name in enumerate(model.joint_names):
+        spec.joint(name).armature = float(params.armature[i])
+        spec.add_actuator(name=f'{name}_motor', target=name, trntype=mujoco.mjtTrn.mjTRN_JOINT)
+    return spec.compile()
+
+
+def _mujoco_rollout(model, params, q, qd, controls):
+    """(steps/s, max |MuJoCo qacc - JAX forward dynamics|) of MuJoCo's threaded `rollout`.
+
+    Each of the B particles gets its own MjModel (the first PIN_MODELS particles' models,
+    cycled); q, qd: (B, nv) initial states; controls: (B, T, nv) motor torques [N m]."""
+    distinct = [_mujoco_model(model, _take(params, k)) for k in range(PIN_MODELS)]
+    batch, steps = controls.shape[:2]
+    models = [distinct[k % PIN_MODELS] for k in range(batch)]
+    datas = [mujoco.MjData(distinct[0]) for _ in range(PEER_THREADS)]
+    kind = mujoco.mjtState.mjSTATE_FULLPHYSICS
+    scratch = mujoco.MjData(distinct[0])
+    initial = np.empty((batch, mujoco.mj_stateSize(distinct[0], kind)))
+    error = 0.0
+    forward = jax.jit(jax.vmap(lambda p, a, b, u: integrators.forward_dynamics(
+        model, p, a, b, u, actuator='viscous')))
+    reference = np.asarray(forward(_take(params, slice(0, PIN_MODELS)), q[:PIN_MODELS],
+                                   qd[:PIN_MODELS], controls[:PIN_MODELS, 0]))
+    for k in range(batch):
+        mj_model = models[k]
+        mujoco.mj_resetData(mj_model, scratch)
+        scratch.qpos[:], scratch.qvel[:] = q[k], qd[k]
+        mujoco.mj_getState(mj_model, scratch, initial[k], kind)
+        if k < PIN_MODELS:
+            scratch.ctrl[:] = controls[k, 0]
+            mujoco.mj_forward(mj_model, scratch)
+            error = max(error, np.abs(scratch.qacc - reference[k]).max())
+    controls = np.ascontiguousarray(controls)
+    state = np.empty((batch, steps, initial.shape[1]))
+
+    def call():
+        mujoco.rollout.rollout(models, datas, initial, controls, state=state)
+
+    return batch * steps / _seconds_per_call(call), error
+
+
+def _frax_panda(rng):
+    """(ABA/s of frax's jit(vmap(forward_dynamics)), max |frax - Pinocchio|) for its Panda,
+    or None when frax is not installed."""
+    if importlib.util.find_spec('frax') is None:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')          # frax's advice on XLA flags for its own runs
+        import frax
+        from frax.assets import FRANKA_ASSETS_DIR
+    robot = frax.load_panda()
+    pin_model = pin.buildModelFromUrdf(str(FRANKA_ASSETS_DIR / 'panda.urdf'))
+    q, qd, tau = (rng.normal(size=(PEER_BATCH, robot.nv)) for _ in range(3))
+    fn = jax.jit(jax.vmap(lambda a, b, c: robot.forward_dynamics(a, b, c, None)))
+    args = tuple(jnp.asarray(x) for x in (q, qd, tau))
+    qdd = np.asarray(fn(*args))
+    data = pin_model.createData()
+    error = max(np.abs(qdd[k] - pin.aba(pin_model, data, q[k], qd[k], tau[k])).max()
+                for k in range(PIN_MODELS))
+    seconds = _seconds_per_call(lambda: jax.block_until_ready(fn(*args)))
+    return PEER_BATCH / seconds, error
+
+
 def _bench_system(label, model, nominal, rng):
     """Rows of the table for one system, plus Pinocchio's rates and headline figures."""
     nv = model.nv
@@ -190,6 +316,12 @@ def _bench_system(label, model, nominal, rng):
     pin_rates = dict(aba=_python_loop_rate(pin_aba, num_pin),
                      rnea=_python_loop_rate(pin_rnea, num_pin),
                      aba_derivatives=_python_loop_rate(pin_aba_derivatives, num_pin))
+    peer = slice(0, PEER_BATCH)
+    pin_rates['aba_parallel'], pin_rates['aba_parallel_error'] = _pin_parallel(
+        pin_models[0], qp[peer], qd_np[peer], tau_np[peer])
+    if mujoco is not None:
+        pin_rates['mj_rollout'], pin_rates['mj_error'] = _mujoco_rollout(
+            model, params, np.asarray(q[peer]), qd_np[peer], np.asarray(controls[peer]))
 
     aba_fn = _batched(jax.vmap(lambda p, a, b, c: rigid_body.aba(model, p, a, b, c)))
     rnea_fn = _batched(jax.vmap(lambda p, a, b, c: rigid_body.rnea(model, p, a, b, c)))
@@ -219,6 +351,10 @@ def _bench_system(label, model, nominal, rng):
     return rows, pin_rates, error
 
 
+def _verdict(error, tolerance):
+    return 'ok' if error <= tolerance else 'FAIL'
+
+
 def _fmt(value, spec):
     return format(value, spec) if value is not None else '-'
 
@@ -236,10 +372,21 @@ def main():
     for label, model, nominal in _systems():
         rows, pin_rates, error = _bench_system(label, model, nominal, rng)
         all_rows += rows
+        rates = pin_rates
         pin_lines.append(
-            f'{label:<16} pin.aba loop {pin_rates["aba"]:9.3g}/s | pin.rnea loop '
-            f'{pin_rates["rnea"]:9.3g}/s | computeABADerivatives {pin_rates["aba_derivatives"]:9.3g}/s'
-            f' | max |JAX - Pinocchio| {error:.1e} ({"ok" if error <= TOLERANCE else "FAIL"})')
+            f'{label:<16} pin.aba loop {rates["aba"]:9.3g}/s | pin.rnea loop '
+            f'{rates["rnea"]:9.3g}/s | computeABADerivatives {rates["aba_derivatives"]:9.3g}/s'
+            f' | max |JAX - Pinocchio| {error:.1e} ({_verdict(error, TOLERANCE)})')
+        parallel_error = rates['aba_parallel_error']
+        pin_lines.append(
+            f'{"":<16} abaInParallel ({PEER_THREADS} threads, batch {PEER_BATCH}, one model) '
+            f'{rates["aba_parallel"]:9.3g}/s, max |parallel - pin.aba| '
+            f'{parallel_error:.1e} ({_verdict(parallel_error, TOLERANCE)})')
+        if 'mj_rollout' in rates:
+            pin_lines.append(
+                f'{"":<16} MuJoCo rollout ({PEER_THREADS} threads, batch {PEER_BATCH}, a model '
+                f'per particle) {rates["mj_rollout"]:9.3g} steps/s, max |qacc - JAX| '
+                f'{rates["mj_error"]:.1e} ({_verdict(rates["mj_error"], MUJOCO_TOLERANCE)})')
         short = 'dp' if label == 'double_pendulum' else label
         for row in rows:
             b = row['batch']
@@ -251,6 +398,16 @@ def main():
         results[f'{short}_pin_aba'] = pin_rates['aba']
         results[f'{short}_pin_abaderiv'] = pin_rates['aba_derivatives']
         results[f'{short}_max_err'] = error
+        results[f'{short}_pin_aba_parallel'] = pin_rates['aba_parallel']
+        if 'mj_rollout' in pin_rates:
+            results[f'{short}_mj_rollout'] = pin_rates['mj_rollout']
+    frax_rate = _frax_panda(rng)
+    if frax_rate is not None:
+        results['panda_frax_aba'], frax_error = frax_rate
+        pin_lines.append(
+            f'{"panda":<16} frax jit(vmap(forward_dynamics)) (batch {PEER_BATCH}, one model, its '
+            f'own URDF) {frax_rate[0]:9.3g}/s, max |frax - Pinocchio| {frax_error:.1e} '
+            f'({_verdict(frax_error, TOLERANCE)})')
     print(header)
     print('-' * len(header))
     for row in all_rows:
@@ -259,7 +416,7 @@ def main():
               f'{_fmt(row.get("rnea_compile"), "7.1f")} | {_fmt(row.get("grad"), "11.3g")} '
               f'{_fmt(row.get("grad_compile"), "7.1f")}'
               + ('' if row.get('grad_finite', True) else '  non-finite gradient!'))
-    print('Pinocchio (C++ called per particle from Python), same run:')
+    print('Peers, same run:')
     for line in pin_lines:
         print('  ' + line)
     compile_max = max(v for row in all_rows for k, v in row.items() if k.endswith('_compile'))
