@@ -55,7 +55,7 @@ import jax
 import numpy as np
 from scipy import stats
 
-from sysid_ros.core.inference import registry
+from sysid_ros.core.inference import intervals, registry
 from sysid_ros.io import config as config_io
 from sysid_ros.io import fitting, online, pipeline, simulation
 from sysid_ros.io.window_buffer import Window
@@ -104,6 +104,9 @@ class Draw(NamedTuple):
       inside: (len(LEVELS), M) whether each central interval holds the truth.
       converged: the fit's own verdict.
       seconds: wall time of the fit [s].
+      inside_percentile: (len(LEVELS), M) membership of the plain central percentiles of
+        a posterior sample (what the intervals were before `core.inference.intervals`), or
+        None for a Laplace fit.
     """
 
     truth: np.ndarray
@@ -111,6 +114,7 @@ class Draw(NamedTuple):
     inside: np.ndarray
     converged: bool
     seconds: float
+    inside_percentile: np.ndarray | None = None
 
 
 def case_config(case: str, fine: bool = False, estimator: dict | None = None
@@ -166,29 +170,40 @@ def mujoco_recorder(noise: float, folder: str, estimator: dict | None = None
 
 
 def posterior_checks(result: fitting.FitResult, truth: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """SBC rank (M,) and interval membership (len(LEVELS), M) of a truth under a fit; the
-    intervals are the fit's own (`FitResult.interval`), as `estimate.yaml` reports them."""
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """SBC rank (M,), interval membership (len(LEVELS), M) of a truth under a fit (the
+    intervals are the fit's own, `FitResult.interval`, as `estimate.yaml` reports them) and
+    that of plain percentiles of a posterior sample (None for Laplace)."""
     if result.covariance is not None:           # Laplace: estimate + std * t(dof) or N(0, 1)
         z = (truth - result.estimate) / np.maximum(result.std, 1e-300)
         rank = (stats.t.cdf(z, result.covariance_dof) if result.covariance_dof
                 else stats.norm.cdf(z))
+        percentile = None
     else:                                       # a posterior sample
         rank = np.mean(result.particles < truth, axis=0)
+        percentile = percentile_checks(result.particles, truth)
     inside = np.stack([(lo <= truth) & (truth <= hi)
                        for lo, hi in (result.interval(level) for level in LEVELS)])
-    return rank, inside
+    return rank, inside, percentile
 
 
-def sample_checks(particles: np.ndarray, truth: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """SBC rank (M,) and membership (len(LEVELS), M) of the central percentile intervals
-    of posterior particles (P, M)."""
-    inside = []
-    for level in LEVELS:
-        tail = 50.0 * (1.0 - level)
-        lo, hi = np.percentile(particles, [tail, 100.0 - tail], axis=0)
-        inside.append((lo <= truth) & (truth <= hi))
-    return np.mean(particles < truth, axis=0), np.stack(inside)
+def percentile_checks(particles: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """(len(LEVELS), M) membership of the truth in the central percentiles (linear
+    interpolation) of particles (P, M)."""
+    return np.stack([(lo <= truth) & (truth <= hi) for lo, hi in (
+        np.percentile(particles, [50.0 * (1.0 - lv), 50.0 * (1.0 + lv)], axis=0)
+        for lv in LEVELS)])
+
+
+def sample_checks(particles: np.ndarray, truth: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """SBC rank (M,), membership (len(LEVELS), M) of the central intervals of posterior
+    particles (P, M) (`core.inference.intervals`, as `FitResult.interval`) and of their
+    plain percentiles."""
+    inside = np.stack([(lo <= truth) & (truth <= hi) for lo, hi in (
+        intervals.central_interval(particles, level) for level in LEVELS)])
+    return (np.mean(particles < truth, axis=0), inside,
+            percentile_checks(particles, truth))
 
 
 def online_draws(num_truths: int, seed: int, start: str | None = None, progress=print
@@ -219,9 +234,9 @@ def online_draws(num_truths: int, seed: int, start: str | None = None, progress=
             session.update(Window(t=traj.t[part], q=traj.q[part], qd=traj.qd[part],
                                   tau=traj.tau[part]))
             if w + 1 in draws:
-                rank, inside = sample_checks(session.particles, truth)
+                rank, inside, percentile = sample_checks(session.particles, truth)
                 draws[w + 1].append(Draw(truth, rank, inside, session.divergences == 0,
-                                         time.perf_counter() - start))
+                                         time.perf_counter() - start, percentile))
         if progress:
             cov = np.mean([d.inside[1] for d in draws[max(CHECKPOINTS)]])
             progress(f'  online: {i + 1}/{num_truths} truths, cov90 after '
@@ -242,9 +257,9 @@ def run_case(problem: pipeline.Problem, record: Callable, label: str, method: st
         traj = record(truth, rng)
         start = time.perf_counter()
         result = pipeline.fit(problem, [traj], method=method, seed=i, log=lambda _: None)
-        rank, inside = posterior_checks(result, truth)
+        rank, inside, percentile = posterior_checks(result, truth)
         draws.append(Draw(truth, rank, inside, bool(result.converged),
-                          time.perf_counter() - start))
+                          time.perf_counter() - start, percentile))
         if progress and (i + 1) % max(1, num_truths // 5) == 0:
             cov = np.mean([d.inside[1] for d in draws])
             progress(f'  {label}: {i + 1}/{num_truths} truths, cov90 so far {cov:.2f}, '
@@ -298,6 +313,9 @@ def print_table(key: str, draws: list[Draw], names) -> np.ndarray:
     print(f'{"pooled":20}' + ''.join(f'{p:9.3f}' for p in pooled) + '   (binomial se '
           + ', '.join(f'{np.sqrt(lv * (1 - lv) / (n * len(names))):.3f}' for lv in LEVELS)
           + ')')
+    if draws[0].inside_percentile is not None:
+        plain = np.mean([d.inside_percentile for d in draws], axis=(0, 2))
+        print(f'{"plain percentiles":20}' + ''.join(f'{p:9.3f}' for p in plain))
     return pooled
 
 

@@ -38,7 +38,7 @@ import numpy as np
 import scipy.stats
 
 from sysid_ros.core.inference import levenberg_marquardt as lm
-from sysid_ros.core.inference import methods, particles, registry
+from sysid_ros.core.inference import intervals, methods, particles, registry
 from sysid_ros.core.inference.base import Estimator
 from sysid_ros.core.model.types import Params
 from sysid_ros.core.likelihoods import likelihood as lik
@@ -67,8 +67,6 @@ __all__ = [
 CACHE_SIZE = 16
 # Steps of the point fit that starts a Bayesian method (`estimator.init: point`).
 START_FIT_ITERATIONS = 100
-# Posterior samples with at least this many particles give percentile intervals.
-INTERVAL_MIN_PARTICLES = 20
 # Restarts agree with the best one within these shares of loss and bounds width.
 AGREE_LOSS = 1e-3
 AGREE_WIDTH = 1e-3
@@ -151,22 +149,22 @@ class FitResult:
 
     def interval(self, level: float = 0.95) -> np.ndarray | None:
         """(2, M) central interval of probability `level` [physical units], within the
-        bounds: the (1 -+ level) / 2 percentiles of INTERVAL_MIN_PARTICLES or more posterior
-        particles, else estimate +- z std (of the covariance, or of fewer particles) with z
-        the Student-t quantile of `covariance_dof` degrees of freedom where set, else the
-        normal one; None for a point estimate without covariance or a single particle."""
-        sample = self.best is None
-        tail = 100.0 * (1.0 - level) / 2.0
-        if sample and self.particles.shape[0] >= INTERVAL_MIN_PARTICLES:
-            return np.percentile(self.particles, [tail, 100.0 - tail], axis=0)
-        if self.covariance is None and not (sample and self.particles.shape[0] > 1):
+        bounds: of a posterior sample of P >= 2 particles the interval that holds one more
+        draw with that probability (`core.inference.intervals`); of a point estimate with a
+        covariance, estimate +- z std with z the Student-t quantile of `covariance_dof`
+        degrees of freedom where set, else the normal one; None for a point estimate
+        without covariance or a single particle."""
+        if self.best is None and self.particles.shape[0] > 1:
+            ends = intervals.central_interval(self.particles, level)
+        elif self.covariance is None:
             return None
-        quantile = 0.5 + level / 2.0
-        z = (scipy.stats.t.ppf(quantile, self.covariance_dof) if self.covariance_dof
-             else scipy.stats.norm.ppf(quantile))
-        band = z * self.std
-        return np.clip(np.stack([self.estimate - band, self.estimate + band]), self.lower,
-                       self.upper)
+        else:
+            quantile = 0.5 + level / 2.0
+            z = (scipy.stats.t.ppf(quantile, self.covariance_dof) if self.covariance_dof
+                 else scipy.stats.norm.ppf(quantile))
+            band = z * self.std
+            ends = np.stack([self.estimate - band, self.estimate + band])
+        return np.clip(ends, self.lower, self.upper)
 
     def as_dict(self, which: str = 'estimate') -> dict[str, float]:
         """{name: value} of the estimate (or 'std')."""
