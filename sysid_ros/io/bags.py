@@ -33,7 +33,7 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 
 from sysid_ros.io.config import TORQUE_FROM_JOINT_STATES
-from sysid_ros.io.trajectory import DataError, Trajectory, hold_torques
+from sysid_ros.io.trajectory import DataError, Trajectory, continuous_quaternions, hold_torques
 from sysid_ros.io.window_buffer import interpolate
 
 __all__ = [
@@ -168,13 +168,15 @@ def write_trajectory_bag(path, trajectories: Sequence[Trajectory], *, storage: s
                          joint_states_topic: str = '/joint_states',
                          custom_data: Mapping[str, str] | None = None,
                          poses: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
-                         | None = None) -> None:
+                         | None = None, mocap_topics: Sequence[str] = ()) -> None:
     """Write trajectories as sensor_msgs/JointState (position, velocity, effort=tau) to a new
     rosbag2 at `path` (storage 'sqlite3' or 'mcap'); consecutive trajectories are separated by a
     time gap so that the reader cuts them apart again; `custom_data` goes into the bag's
     metadata (record the conversion provenance there); `poses`: optional PoseStamped topics
-    {topic: (t (T,), position (T,3) [m], quaternion xyzw (T,4))}. Written atomically (temporary
-    folder, then rename); an existing `path` is an error.
+    {topic: (t (T,), position (T,3) [m], quaternion xyzw (T,4))}; `mocap_topics` (K,): the
+    trajectories' own poses (`Trajectory.mocap_position`, `mocap_orientation`) as PoseStamped
+    topics, one per tracked frame, stamped like the joint states. Written atomically
+    (temporary folder, then rename); an existing `path` is an error.
 
     Times: a trajectory keeps its stamps if it starts at t >= 0 and at least `TRAJECTORY_GAP`
     seconds after the previous one ends; otherwise it is shifted by just enough. Pose stamps are
@@ -182,7 +184,8 @@ def write_trajectory_bag(path, trajectories: Sequence[Trajectory], *, storage: s
 
     Raises:
       FileExistsError: `path` exists.
-      ValueError: unknown storage, no trajectories, inconsistent shapes or names.
+      ValueError: unknown storage, no trajectories, inconsistent shapes or names, a mocap
+        topic for a frame that a trajectory has no poses of.
     """
     if not trajectories:
         raise ValueError('trajectories: expected at least one trajectory')
@@ -197,6 +200,17 @@ def write_trajectory_bag(path, trajectories: Sequence[Trajectory], *, storage: s
     quat_cls = types['geometry_msgs/msg/Quaternion']
 
     pose_arrays = {}
+    for k, topic in enumerate(mocap_topics):
+        if any(traj.num_tracked <= k for traj in trajectories):
+            raise ValueError(f'mocap_topics[{k}] ({topic}): expected every trajectory to carry '
+                             f'the poses of at least {k + 1} tracked frames, got '
+                             f'{[traj.num_tracked for traj in trajectories]}')
+        stamps = np.concatenate([np.round((np.asarray(traj.t, float) + offset) * _NS)
+                                 for traj, offset in zip(trajectories, offsets)])
+        pose_arrays[topic] = (stamps.astype(np.int64),
+                              np.concatenate([traj.mocap_position[:, k] for traj in trajectories]),
+                              np.concatenate([traj.mocap_orientation[:, k]
+                                              for traj in trajectories]))
     for topic, (t, position, quaternion) in (poses or {}).items():
         t = np.asarray(t, float).reshape(-1)
         try:
@@ -257,14 +271,12 @@ class BagSegment:
     """One trajectory cut from a bag, resampled onto the grid k / data.rate.
 
     Attributes:
-      trajectory: t (T,) header-stamp time [s], q, qd, tau (T, nv) in the model's joint order.
-      mocap_position: (T, K, 3) positions [m] of the bodies of `data.mocap_topics`, or None.
-      mocap_orientation: (T, K, 4) unit quaternions [x, y, z, w], or None.
+      trajectory: t (T,) header-stamp time [s], q, qd, tau (T, nv) in the model's joint order;
+        with `data.mocap_topics`, their poses (`Trajectory.mocap_position` (T, K, 3) [m],
+        `mocap_orientation` (T, K, 4) unit quaternions [x, y, z, w]) in the topics' order.
     """
 
     trajectory: Trajectory
-    mocap_position: np.ndarray | None = None
-    mocap_orientation: np.ndarray | None = None
 
 
 class _JointStateLayout(NamedTuple):
@@ -365,15 +377,6 @@ class _Aligner:
     def missing(self) -> list[str]:
         """Streams without any sample."""
         return [s for s, parts in self._pending.items() if not parts]
-
-
-def _continuous_quaternions(quat: np.ndarray, previous: np.ndarray | None) -> np.ndarray:
-    """Unit quaternions (N, 4) with signs flipped so that neighbours lie on the shorter arc
-    (as `WindowBuffer.add_pose`), continuing from `previous` (4,)."""
-    quat = quat / np.linalg.norm(quat, axis=1, keepdims=True)
-    ref = np.concatenate([[quat[0] if previous is None else previous], quat[:-1]])
-    flips = np.cumsum(np.einsum('ij,ij->i', ref, quat) < 0.0) % 2
-    return np.where(flips[:, None] == 1, -quat, quat)
 
 
 class _BagReader:
@@ -563,7 +566,7 @@ class _BagReader:
                     raise self._error(stream, float(ts[np.argmax(~np.isfinite(vs).all(1))]),
                                       'non-finite value')
                 if stream in self.data.mocap_topics:
-                    vs[:, 3:] = _continuous_quaternions(vs[:, 3:],
+                    vs[:, 3:] = continuous_quaternions(vs[:, 3:],
                                                         self.previous_quat.get(stream))
                     self.previous_quat[stream] = vs[-1, 3:]
                 other[stream] = self._increasing(stream, ts, vs)
@@ -612,16 +615,16 @@ class _BagReader:
         nv = len(self.joint_names)
         joints = out['joints']
         tau = joints[:, 2 * nv:] if self.effort else out['torque']
-        traj = Trajectory(t=grid, q=joints[:, :nv], qd=joints[:, nv:2 * nv], tau=tau,
-                          joint_names=self.joint_names,
-                          source=f'{self.path} (trajectory {len(self.found)})')
-        traj = hold_torques(traj, self.data.torque_samples)
         mocap_p = mocap_q = None
         if self.data.mocap_topics:
             poses = np.stack([out[s] for s in self.data.mocap_topics], axis=1)
             mocap_p = poses[..., :3]
             mocap_q = poses[..., 3:] / np.linalg.norm(poses[..., 3:], axis=-1, keepdims=True)
-        self.found.append(BagSegment(traj, mocap_p, mocap_q))
+        traj = Trajectory(t=grid, q=joints[:, :nv], qd=joints[:, nv:2 * nv], tau=tau,
+                          joint_names=self.joint_names,
+                          source=f'{self.path} (trajectory {len(self.found)})',
+                          mocap_position=mocap_p, mocap_orientation=mocap_q)
+        self.found.append(BagSegment(hold_torques(traj, self.data.torque_samples)))
 
 
 def read_bag(path, joint_names: Sequence[str], data) -> list[BagSegment]:

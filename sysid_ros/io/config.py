@@ -473,6 +473,16 @@ class DataConfig:
         gets the mean of its two ends (`trajectory.hold_torques`). Applies to bags and live
         windows; trajectory files hold tau[k] by their own convention.
       mocap_topics: geometry_msgs/PoseStamped topics, one per tracked body.
+      mocap_frames: the link (or fixed URDF frame) whose pose each of `mocap_topics`
+        measures, in the same order; the poses then enter the output-error likelihood
+        beside the joint states (`io.estimator_data`). Empty: the poses are recorded and
+        buffered but not observed.
+      mocap_offsets: where each tracked frame (the marker body's frame) sits in its link,
+        6 numbers per entry of `mocap_frames`: [x, y, z] [m], then URDF roll, pitch, yaw
+        [rad]; empty: at the link frame.
+      mocap_noise_std: standard deviation of the motion-capture noise on each coordinate of
+        the tracked frame's origin and of its axis tips 1 m out [m] (a rotation error of 1
+        mrad moves a tip by 1 mm); empty: estimated from the poses like `noise_std`.
       noise_std: measurement noise standard deviation per observed dimension (one number:
         the same for all) [rad, rad/s, m]; empty: the estimator's default.
       gap: a recording is cut into trajectories wherever its joint states pause longer than
@@ -488,6 +498,9 @@ class DataConfig:
     torque_source: str = _opt(TORQUE_FROM_JOINT_STATES, 'str')
     torque_samples: str = _opt('held', 'str', choices=TORQUE_SAMPLES)
     mocap_topics: tuple[str, ...] = _opt((), 'topic_list')
+    mocap_frames: tuple[str, ...] = _opt((), 'str_list')
+    mocap_offsets: tuple[float, ...] = _opt((), 'float_list', unit='m, rad')
+    mocap_noise_std: float | None = _opt(None, 'float', unit='m', optional=True, gt=0.0)
     noise_std: tuple[float, ...] = _opt((), 'float_list', gt=0.0)
     gap: float = _opt(0.5, 'float', unit='s', gt=0.0)
     segments: tuple[float, ...] = _opt((), 'float_list', unit='s', ge=0.0)
@@ -507,6 +520,15 @@ class DataConfig:
                 cfg.torque_source):
             raise _error(path, 'data.torque_source', f'expected {TORQUE_FROM_JOINT_STATES!r} '
                          f'or a topic name, got {cfg.torque_source!r}')
+        frames, topics = cfg.mocap_frames, cfg.mocap_topics
+        if frames and len(frames) != len(topics):
+            raise _error(path, 'data.mocap_frames', f'expected one link per entry of '
+                         f'data.mocap_topics ({len(topics)}: {list(topics)}), got '
+                         f'{len(frames)}: {list(frames)}')
+        if cfg.mocap_offsets and len(cfg.mocap_offsets) != 6 * len(frames):
+            raise _error(path, 'data.mocap_offsets', f'expected 6 numbers [x, y, z, roll, '
+                         f'pitch, yaw] per entry of data.mocap_frames ({6 * len(frames)}), got '
+                         f'{len(cfg.mocap_offsets)}')
         return cfg
 
 

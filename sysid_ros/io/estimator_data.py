@@ -22,7 +22,15 @@ Which data a method takes is its registry entry's `data` kind (`core.inference.r
     then qd); left empty, it is estimated per dimension from the data: the robust spread
     (1.4826 x MAD) of the third differences divided by sqrt(20) (white noise of std s has
     third differences of std sqrt(20) s, a smooth signal sampled fast hardly any), floored at
-    NOISE_FLOOR times the dimension's spread.
+    NOISE_FLOOR times the dimension's spread. Motion capture (`data.mocap_frames`, resolved
+    into `Problem.mocap`): every trajectory carries the poses of the tracked frames
+    (`Trajectory.mocap_position`, `mocap_orientation`); they become the 12 points per frame
+    of `core.dynamics.observations.pose_points` and are observed after [q; qd]: the joint
+    states stay in the likelihood beside the poses (O = 2 nv + 12 F), since they carry most
+    of the information about the arm and the poses add the held object's. Their noise is
+    `data.mocap_noise_std` on every coordinate, or left empty one value estimated like the
+    joints' from the third differences of all coordinates pooled (floored at
+    MOCAP_NOISE_FLOOR). The other data kinds below leave the poses out.
   * 'segments' (`segments`): DiffNEA's rollout segments of `estimator.rollout_horizon` steps
     with the loss `estimator.loss` (one-step or rollout).
   * 'regressor' (`regressor_data`): NEA's inverse-dynamics samples (`nea_samples`).
@@ -36,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core.dynamics import integrators
+from sysid_ros.core.dynamics import integrators, observations
 from sysid_ros.core.inference import point_estimators, registry
 from sysid_ros.core.inference.methods import Target
 from sysid_ros.core.likelihoods import likelihood as lik
@@ -53,6 +61,7 @@ __all__ = [
     'AUTO_WINDOW_STARTS',
     'auto_window_steps',
     'NOISE_FLOOR',
+    'MOCAP_NOISE_FLOOR',
     'NEA_EDGE_SAMPLES',
     'ShootingProblem',
     'MethodData',
@@ -74,6 +83,8 @@ AUTO_WINDOW_SIGMAS = 3.0
 AUTO_WINDOW_STARTS = 32
 # Floor of the estimated noise std, relative to each observed dimension's spread.
 NOISE_FLOOR = 1e-3
+# Floor of the estimated motion-capture noise std [m].
+MOCAP_NOISE_FLOOR = 1e-6
 # Samples dropped at both ends of each trajectory for NEA (filter edge effects).
 NEA_EDGE_SAMPLES = 3
 
@@ -142,9 +153,11 @@ def auto_window_steps(problem: Problem, trajs: Sequence[Trajectory], noise: np.n
     return int(np.clip(steps, lowest, longest))
 
 
-def _cut_pieces(problem: Problem, trajs: Sequence[Trajectory], window: int):
+def _cut_pieces(problem: Problem, trajs: Sequence[Trajectory], window: int, points=None):
     """States (K, T + 1, S), commands (K, T, nv) of the pieces of `shooting_windows`
-    windows of `window` steps each, and the layout (module doc)."""
+    windows of `window` steps each, their observations (K, T + 1, S + 12 F) [q; qd; points]
+    where `points` gives each trajectory's motion-capture points (N_k, 12 F) (else None),
+    and the layout (module doc)."""
     windows = problem.config.estimator.shooting_windows
     steps = [t.num_samples - 1 for t in trajs]
     shortest = min(steps)
@@ -160,28 +173,68 @@ def _cut_pieces(problem: Problem, trajs: Sequence[Trajectory], window: int):
                      f'{MIN_WINDOW_STEPS} to {shortest // windows} steps ({MIN_WINDOW_STEPS / rate:g}'
                      f' to {shortest // windows / rate:g} s) for the shortest trajectory '
                      f'({shortest} steps at {rate:g} Hz), got {window} steps')
-    states, controls = [], []
-    for traj in trajs:
+    states, controls, observed = [], [], []
+    for i, traj in enumerate(trajs):
         x = np.concatenate([traj.q, traj.qd], axis=1)
+        y = None if points is None else np.concatenate([x, points[i]], axis=1)
         for k in range((traj.num_samples - 1) // piece):
             begin = k * piece
             states.append(x[begin:begin + piece + 1])
             controls.append(traj.tau[begin:begin + piece])
+            if y is not None:
+                observed.append(y[begin:begin + piece + 1])
     states, controls = np.stack(states), np.stack(controls)
+    observed = np.stack(observed) if observed else None
     info = {'num_pieces': len(states), 'piece_steps': piece, 'window_steps': window,
             'window_s': window * problem.dt, 'shooting_windows': windows,
             'dropped_steps': int(sum(steps) - len(states) * piece)}
-    return states, controls, info
+    return states, controls, observed, info
+
+
+def _third_differences(signals: Sequence[np.ndarray]) -> np.ndarray:
+    """Third differences in time (sum_k (N_k - 3), D) of signals (N_k, D) each."""
+    return np.concatenate([np.diff(x, n=3, axis=0) for x in signals])
+
+
+def _white_noise_std(third: np.ndarray) -> np.ndarray:
+    """(D,) white-noise std per column of third differences (N, D): 1.4826 x MAD / sqrt(20)
+    (module doc)."""
+    mad = np.median(np.abs(third - np.median(third, axis=0)), axis=0)
+    return 1.4826 * mad / np.sqrt(20.0)
 
 
 def estimate_noise_std(states: Sequence[np.ndarray], nv: int) -> np.ndarray:
     """(S,) noise std per state dimension of trajectories (N_k, S) each, see the module
     doc."""
-    third = np.concatenate([np.diff(x, n=3, axis=0) for x in states])
-    mad = np.median(np.abs(third - np.median(third, axis=0)), axis=0)
-    sigma = 1.4826 * mad / np.sqrt(20.0)
     spread = losses.floored_state_scale(np.concatenate(list(states)).std(axis=0), nv)
-    return np.maximum(sigma, NOISE_FLOOR * spread)
+    return np.maximum(_white_noise_std(_third_differences(states)), NOISE_FLOOR * spread)
+
+
+def mocap_points(problem: Problem, trajs: Sequence[Trajectory]) -> list[np.ndarray]:
+    """The motion-capture observations (N_k, 12 F) [m] of each trajectory's poses of the
+    F tracked frames of `problem.mocap` (`observations.pose_points`).
+
+    Raises:
+      DataError: a trajectory without the poses of every tracked frame.
+    """
+    num = len(problem.mocap)
+    for traj in trajs:
+        if traj.num_tracked != num:
+            topics = ', '.join(problem.config.data.mocap_topics)
+            raise DataError(f'{traj.source or "trajectory"}: mocap_position: expected the '
+                            f'poses of {num} tracked frame(s) (data.mocap_topics: {topics}), '
+                            f'got {traj.num_tracked}')
+    return [np.asarray(observations.pose_points(traj.mocap_position, traj.mocap_orientation))
+            for traj in trajs]
+
+
+def _mocap_noise_std(problem: Problem, points: Sequence[np.ndarray]) -> tuple[float, str]:
+    """One noise std [m] for every motion-capture coordinate and where it came from."""
+    given = problem.config.data.mocap_noise_std
+    if given is not None:
+        return float(given), 'config'
+    sigma = float(_white_noise_std(_third_differences(points).reshape(-1, 1))[0])
+    return max(sigma, MOCAP_NOISE_FLOOR), 'estimated'
 
 
 def _noise_std(problem: Problem, trajs: Sequence[Trajectory]) -> tuple[np.ndarray, str]:
@@ -205,21 +258,30 @@ def shooting_problem(problem: Problem, trajs: Sequence[Trajectory], theta=None
     Raises:
       ConfigError: a window count that leaves windows of fewer than MIN_WINDOW_STEPS steps,
         a `data.noise_std` of the wrong length.
-      DataError: no trajectory, NaN or inf in the data.
+      DataError: no trajectory, NaN or inf in the data, a trajectory without the poses of
+        the tracked frames.
     """
     if not trajs:
         raise DataError('no trajectories given')
     cfg = problem.config
     noise, source = _noise_std(problem, trajs)
     window, window_source = _window_steps(problem, trajs, noise, theta)
-    states, controls, info = _cut_pieces(problem, trajs, window)
+    points = mocap_points(problem, trajs) if problem.mocap else None
+    states, controls, observed, info = _cut_pieces(problem, trajs, window, points)
     info['window_source'] = window_source
+    if points is not None:
+        mocap_noise, mocap_source = _mocap_noise_std(problem, points)
+        noise = np.concatenate([noise, np.full(points[0].shape[1], mocap_noise)])
+        source = 'config' if source == mocap_source == 'config' else 'estimated'
+        info.update(mocap_frames=list(cfg.data.mocap_frames), mocap_noise_std=mocap_noise)
     try:
         setting = lik.make_shooting_likelihood(
             problem.model, problem.dt, cfg.estimator.shooting_windows,
-            cfg.estimator.likelihood, integrator=cfg.model.integrator,
-            actuator=cfg.model.actuator, substeps=problem.substeps, start=cfg.estimator.start)
-        data = lik.make_trajectory_data(setting, states, controls, noise)
+            cfg.estimator.likelihood,
+            observed=range(2 * problem.model.nv) if problem.mocap else None,
+            integrator=cfg.model.integrator, actuator=cfg.model.actuator,
+            substeps=problem.substeps, mocap=problem.mocap or None, start=cfg.estimator.start)
+        data = lik.make_trajectory_data(setting, states, controls, noise, observed)
     except ValueError as exc:
         raise DataError(str(exc)) from exc
     info.update(noise_std=[float(v) for v in noise], noise_std_source=source,
@@ -231,7 +293,8 @@ class ShootingProblem(NamedTuple):
     """The measured data in the form the shooting likelihood takes.
 
     Attributes:
-      likelihood: simulator, windows, observation model ([q; qd]) and combine form.
+      likelihood: simulator, windows, observation model ([q; qd], then the motion-capture
+        points of `Problem.mocap`) and combine form.
       data: K pieces of T steps (`core.likelihood.TrajectoryData`).
       info: plain description of the layout and the noise (goes into `FitResult.info`).
     """

@@ -158,10 +158,13 @@ def load_posterior(path: str | os.PathLike, names) -> np.ndarray:
 
 def window_trajectory(problem: Problem, window: Window, index: int = 0) -> Trajectory:
     """A buffer window (model joint order, `data.rate` grid) as a validated Trajectory, its
-    torques held per period as `data.torque_samples` says."""
+    torques held per period as `data.torque_samples` says, with the window's poses of the
+    `data.mocap_topics` bodies (if any)."""
     traj = Trajectory(t=np.asarray(window.t), q=np.asarray(window.q),
                       qd=np.asarray(window.qd), tau=np.asarray(window.tau),
-                      joint_names=problem.model.joint_names, source=f'window {index}')
+                      joint_names=problem.model.joint_names, source=f'window {index}',
+                      mocap_position=window.mocap_position,
+                      mocap_orientation=window.mocap_orientation)
     traj = prepare_trajectories(problem, [traj])[0]
     return hold_torques(traj, problem.config.data.torque_samples)
 
@@ -376,7 +379,9 @@ class OnlineSession:
         """Compile the update and the prediction on the first `window_samples` samples of
         `traj` (e.g. from `pipeline.simulate`), then restore the state as it was."""
         traj = traj.slice(0, self.window_samples)
-        window = Window(t=traj.t, q=traj.q, qd=traj.qd, tau=traj.tau)
+        window = Window(t=traj.t, q=traj.q, qd=traj.qd, tau=traj.tau,
+                        mocap_position=traj.mocap_position,
+                        mocap_orientation=traj.mocap_orientation)
         with self._lock:
             saved = (self._particles, self._good, self._good_loss, self.windows,
                      self.divergences, self.last_loss, self._has_posterior, self._state)

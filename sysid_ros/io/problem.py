@@ -4,7 +4,9 @@ ParameterSpec and time step; trajectories ordered and resampled for it; the iden
   * `build_problem(config)`: the robot from `model.urdf` (a file, URDF XML or
     `example-robot-data:NAME`, with every joint outside `model.joints` locked) or from
     `model.builder` + `model.builder_args` (`core.model.builders.BUILDERS`); the parameters
-    to identify from `parameters` (`core.model.parameters.make_parameter_spec`). A
+    to identify from `parameters` (`core.model.parameters.make_parameter_spec`); the frames
+    that `data.mocap_topics` track from `data.mocap_frames` and `data.mocap_offsets` (a
+    link or a fixed URDF frame, placed on the moving body that carries it). A
     `model.mechanism` (planar closed chain, `core.constrained.mechanisms`) makes a
     `MechanismProblem` instead, identified by the factor graph (`io.mechanism_fit`).
   * `prepare_trajectories(problem, trajectories)`: load files, order joints by name,
@@ -25,8 +27,10 @@ from typing import NamedTuple, Sequence
 
 import jax.numpy as jnp
 import numpy as np
+import pinocchio as pin
 
 from sysid_ros.core.constrained import mechanisms
+from sysid_ros.core.dynamics import observations
 from sysid_ros.core.model import builders
 from sysid_ros.core.model.inertia import physical_from_inertial
 from sysid_ros.core.model.parameters import (PAYLOAD, PAYLOAD_ATTRIBUTES, ParameterSpec,
@@ -61,6 +65,8 @@ class Problem:
       spec: the parameters to identify.
       dt: control (sample) period [s] = 1 / data.rate.
       substeps: integration steps per control period.
+      mocap: the frames that `data.mocap_topics` track, in their order (offsets composed
+        with the frame's placement on its body); () when the poses are not observed.
     """
 
     config: Config
@@ -69,6 +75,7 @@ class Problem:
     spec: ParameterSpec
     dt: float
     substeps: int = 1
+    mocap: tuple[observations.MocapFrame, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -107,8 +114,10 @@ class MechanismProblem:
 
 
 
-def _load_model(config: Config) -> tuple[RobotModel, Params, Payload | None]:
-    """The model, its nominal parameters and the configured payload (None without one)."""
+def _load_model(config: Config):
+    """The model, its nominal parameters and `locate(link) -> (body, rotation (3, 3),
+    translation (3,) [m])` of a link's (or fixed frame's) frame in the body frame that
+    carries it (raises `model_io.ModelError` for an unknown name)."""
     cfg = config.model
     joints = tuple(cfg.joints)
     if cfg.urdf is not None:
@@ -126,7 +135,7 @@ def _load_model(config: Config) -> tuple[RobotModel, Params, Payload | None]:
             model, params = model_io.from_pinocchio(pmodel)
         except model_io.ModelError as exc:
             raise config_error(config, 'model.urdf', str(exc)) from exc
-        return model, params, _payload(config, lambda link: model_io.frame_in_body(pmodel, link))
+        return model, params, lambda link: model_io.frame_in_body(pmodel, link)
     try:
         model, params = builders.BUILDERS[cfg.builder](**cfg.builder_args)
     except KeyError:
@@ -150,7 +159,7 @@ def _load_model(config: Config) -> tuple[RobotModel, Params, Payload | None]:
                                       f'{", ".join(model.link_names)}')
         return model.link_names.index(link), np.eye(3), np.zeros(3)
 
-    return model, params, _payload(config, link_frame)
+    return model, params, link_frame
 
 
 def _payload(config: Config, locate) -> Payload | None:
@@ -168,19 +177,43 @@ def _payload(config: Config, locate) -> Payload | None:
                    com=tuple(given['com']))
 
 
+def _mocap_frames(config: Config, model: RobotModel, locate
+                  ) -> tuple[observations.MocapFrame, ...]:
+    """`data.mocap_frames` with `data.mocap_offsets` as tracked frames of `model`, each
+    offset composed with its link's placement on the body (`locate`, see `_load_model`)."""
+    data = config.data
+    offsets = np.reshape(data.mocap_offsets or np.zeros(6 * len(data.mocap_frames)), (-1, 6))
+    frames = []
+    for i, (link, offset) in enumerate(zip(data.mocap_frames, offsets)):
+        try:
+            body, rotation, translation = locate(link)
+        except model_io.ModelError as exc:
+            raise config_error(config, f'data.mocap_frames[{i}]', str(exc)) from exc
+        placement = pin.SE3(np.asarray(rotation), np.asarray(translation)) * pin.SE3(
+            pin.rpy.rpyToMatrix(offset[3:]), offset[:3])
+        frames.append((body, np.concatenate([placement.translation,
+                                             pin.rpy.matrixToRpy(placement.rotation)])))
+    try:
+        return observations.make_mocap_frames(model, frames) if frames else ()
+    except ValueError as exc:
+        raise config_error(config, 'data.mocap_frames', str(exc)) from exc
+
+
 def build_problem(config: Config | str) -> Problem | MechanismProblem:
     """Configuration (or a YAML path) -> Problem (MechanismProblem for a model.mechanism).
 
     Raises:
       ConfigError: unknown URDF/builder, joints that the model does not have, parameters of
-        unknown links or joints, an integration step that does not divide the sample period.
+        unknown links or joints, an integration step that does not divide the sample period,
+        a tracked frame (`data.mocap_frames`) that the model does not have or that is listed
+        twice.
     """
     if not isinstance(config, Config):
         config = config_io.load_yaml(config)
     if config.model.mechanism is not None:
         return _build_mechanism_problem(config)
-    model, params, payload = _load_model(config)
-    spec = config_io.parameter_spec(config, model, payload)
+    model, params, locate = _load_model(config)
+    spec = config_io.parameter_spec(config, model, _payload(config, locate))
     dt = 1.0 / config.data.rate
     substeps = 1
     if config.model.dt is not None:
@@ -190,7 +223,7 @@ def build_problem(config: Config | str) -> Problem | MechanismProblem:
             raise config_error(config, 'model.dt', f'expected 1 / data.rate = {dt:g} s divided '
                                 f'by a whole number, got {config.model.dt:g} s')
     return Problem(config=config, model=model, base_params=params, spec=spec, dt=dt,
-                   substeps=substeps)
+                   substeps=substeps, mocap=_mocap_frames(config, model, locate))
 
 
 def prepare_trajectories(problem: Problem, trajectories: Sequence[Trajectory | str]

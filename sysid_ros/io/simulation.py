@@ -1,9 +1,11 @@
 """Synthetic recordings and held-out scores: the model simulated under a smooth random
-excitation (`simulate`, for demos, tests and benchmarks), the excitation itself (used by the
-`sim_robot` node too), rollouts of measured segments (`prediction_error`)."""
+excitation (`simulate`, for demos, tests and benchmarks; with the motion-capture poses of the
+tracked frames, `tracked_poses`), the excitation itself (used by the `sim_robot` node too),
+rollouts of measured segments (`prediction_error`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -11,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sysid_ros.core.constrained import mechanisms
-from sysid_ros.core.dynamics import integrators, rigid_body
+from sysid_ros.core.dynamics import integrators, observations, rigid_body
 from sysid_ros.core.model.types import Params, RobotModel
 from sysid_ros.io import estimator_data
 from sysid_ros.io.problem import MechanismProblem, Problem, prepare_trajectories
@@ -22,6 +24,7 @@ __all__ = [
     'rollout_batch',
     'typical_torque',
     'excitation',
+    'tracked_poses',
     'simulate',
     'prediction_error',
 ]
@@ -76,16 +79,50 @@ def excitation(t: np.ndarray, scale: np.ndarray, rng: np.random.Generator,
                   axis=1)
 
 
+def tracked_poses(problem: Problem, params: Params, q: np.ndarray, noise: float = 0.0,
+                  rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Motion-capture poses of the tracked frames `problem.mocap` at joint positions q.
+
+    Args:
+      problem: the problem (model and tracked frames).
+      params: physical parameters (forward kinematics).
+      q: (T, nv) joint positions [rad or m].
+      noise: std [m] of the Gaussian noise on each coordinate of the origin, and of the
+        rotation vector [rad] of a random rotation (world axes) divided by the 1 m axis
+        length (`observations.AXIS_LENGTH`), so that the axis tips see noise of that size.
+      rng: generator of the noise (needed when noise > 0).
+
+    Returns:
+      position (T, K, 3) [m] and orientation (T, K, 4) unit quaternions [x, y, z, w] of the
+      K tracked frames in the world frame.
+    """
+    from scipy.spatial.transform import Rotation
+
+    placements = [jax.vmap(lambda qi, f=frame: observations.frame_placement(
+        problem.model, params, qi, f))(jnp.asarray(q)) for frame in problem.mocap]
+    rotation = np.stack([np.asarray(R) for R, _ in placements], axis=1)         # (T, K, 3, 3)
+    position = np.stack([np.asarray(p) for _, p in placements], axis=1)         # (T, K, 3)
+    shape = position.shape
+    rotation = Rotation.from_matrix(rotation.reshape(-1, 3, 3))
+    if noise > 0.0:
+        position = position + rng.normal(0.0, noise, shape)
+        tilt = rng.normal(0.0, noise / observations.AXIS_LENGTH, (len(rotation), 3))
+        rotation = Rotation.from_rotvec(tilt) * rotation
+    return position, rotation.as_quat().reshape(shape[:2] + (4,))
+
+
 def simulate(problem: Problem, params: Params | None = None, duration: float = 10.0,
              noise: float = 0.0, seed: int = 0, torque_scale: float = 1.0,
-             x0=None) -> Trajectory:
+             x0=None, mocap_noise: float = 0.0) -> Trajectory:
     """Simulate the model under a random smooth excitation and add sensor noise.
 
     The commands are `excitation(...)` with peaks of `torque_scale` times a typical torque of
     each joint (gravity spread + inertia, see `typical_torque`), clipped to the effort limits;
     the model is integrated with the configured integrator, actuator and substeps, starting
     at rest at q = 0 (clipped into the joint limits). Noise: independent N(0, noise^2) added
-    to every q [rad, m] and qd [rad/s, m/s] sample; the torques are the exact commands.
+    to every q [rad, m] and qd [rad/s, m/s] sample; the torques are the exact commands. With
+    tracked frames (`problem.mocap`) the trajectory carries their poses at the true states
+    (`tracked_poses`, noise `mocap_noise`).
 
     Args:
       problem: the problem (model, integrator, actuator, rate).
@@ -95,6 +132,7 @@ def simulate(problem: Problem, params: Params | None = None, duration: float = 1
       seed: seed of the excitation and the noise.
       torque_scale: excitation strength.
       x0: (2 nv,) initial state (default: at rest at q = 0).
+      mocap_noise: noise of the motion-capture poses [m] (see `tracked_poses`).
 
     Returns:
       Trajectory with T = round(duration / dt) + 1 samples (tau of the last sample repeats
@@ -124,8 +162,13 @@ def simulate(problem: Problem, params: Params | None = None, duration: float = 1
         q = q + rng.normal(0.0, noise, q.shape)
         qd = qd + rng.normal(0.0, noise, qd.shape)
     tau = np.concatenate([controls, controls[-1:]], axis=0)
-    return Trajectory(t=t, q=q, qd=qd, tau=tau, joint_names=model.joint_names,
+    traj = Trajectory(t=t, q=q, qd=qd, tau=tau, joint_names=model.joint_names,
                       source='simulate')
+    if not problem.mocap:
+        return traj
+    position, orientation = tracked_poses(problem, params, states[:, :model.nv], mocap_noise,
+                                          rng)
+    return dataclasses.replace(traj, mocap_position=position, mocap_orientation=orientation)
 
 
 def prediction_error(problem: Problem, theta, trajectory: Trajectory, horizon: int = 100

@@ -1,13 +1,15 @@
 """Measured joint trajectories: load, validate, save, resample and differentiate.
 
 A `Trajectory` holds what an identification needs from one experiment: sample times, joint
-positions, velocities and the torques applied at the joints, optionally accelerations. Files:
+positions, velocities and the torques applied at the joints, optionally accelerations and the
+motion-capture poses of tracked frames (`data.mocap_topics`). Files:
 
-  * `.npz` with keys `t` (T,), `q`, `qd`, `tau` (T, nv), optional `qdd` (T, nv) and optional
-    `joint_names` (nv,) strings; without `joint_names` the columns must already be in the
+  * `.npz` with keys `t` (T,), `q`, `qd`, `tau` (T, nv), optional `qdd` (T, nv), optional
+    `joint_names` (nv,) strings and optional `mocap_position` (T, K, 3) with
+    `mocap_orientation` (T, K, 4); without `joint_names` the columns must already be in the
     model's joint order.
   * `.csv` with a header row `t,q_<joint>,...,qd_<joint>,...,tau_<joint>,...` (optional
-    `qdd_<joint>` columns), one row per sample; columns may come in any order.
+    `qdd_<joint>` columns), one row per sample; columns may come in any order. No poses.
 
 Columns are matched to the model's joints by name; extra joints in a file (e.g. gripper
 fingers) are ignored. Every problem is reported once, at load time, as a `DataError` that
@@ -16,10 +18,11 @@ joint 'joint2'` (rows count samples from 0, the CSV header not included).
 
 Time stamps must be finite and strictly increasing. Decision for non-uniform sampling: a
 trajectory whose steps vary by more than `UNIFORM_RTOL` of the median step is resampled onto
-the uniform grid of that median step with linear interpolation (`np.interp`), and a
-`UserWarning` says so; the identification (integrators with a fixed dt, finite differences)
-assumes a uniform grid. Duplicate or decreasing stamps are an error, not resampled, since
-they point to a broken recording rather than jitter.
+the uniform grid of that median step with linear interpolation (`np.interp`; quaternions
+component-wise along the shorter arc, then normalised), and a `UserWarning` says so; the
+identification (integrators with a fixed dt, finite differences) assumes a uniform grid.
+Duplicate or decreasing stamps are an error, not resampled, since they point to a broken
+recording rather than jitter.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ __all__ = [
     'load_trajectory',
     'save_trajectory',
     'validate_trajectory',
+    'continuous_quaternions',
     'resample',
     'with_acceleration',
     'savgol_window',
@@ -50,6 +54,7 @@ __all__ = [
 # Largest relative deviation of a time step from the median step that still counts as uniform.
 UNIFORM_RTOL = 1e-3
 _SIGNALS = ('q', 'qd', 'tau', 'qdd')
+_POSES = ('mocap_position', 'mocap_orientation')
 _REQUIRED = ('t', 'q', 'qd', 'tau')
 
 
@@ -74,6 +79,10 @@ class Trajectory:
       qdd: (T, nv) joint accelerations [rad/s^2 or m/s^2], or None if not measured.
       joint_names: (nv,) joint of each column.
       source: file it was read from (named in errors), if any.
+      mocap_position: (T, K, 3) origins of the K tracked frames of `data.mocap_topics` in
+        the world (mocap) frame [m], or None.
+      mocap_orientation: (T, K, 4) their orientations as unit quaternions [x, y, z, w]
+        (continuous in sign), or None; given together with `mocap_position`.
     """
 
     t: np.ndarray
@@ -83,6 +92,8 @@ class Trajectory:
     qdd: np.ndarray | None = None
     joint_names: tuple[str, ...] = ()
     source: str | None = None
+    mocap_position: np.ndarray | None = None
+    mocap_orientation: np.ndarray | None = None
 
     @property
     def num_samples(self) -> int:
@@ -91,6 +102,11 @@ class Trajectory:
     @property
     def nv(self) -> int:
         return int(self.q.shape[1])
+
+    @property
+    def num_tracked(self) -> int:
+        """K, the tracked frames with poses (0 without)."""
+        return 0 if self.mocap_position is None else int(self.mocap_position.shape[1])
 
     @property
     def dt(self) -> float:
@@ -105,9 +121,9 @@ class Trajectory:
     def slice(self, start: int, stop: int) -> 'Trajectory':
         """Samples `start:stop` (e.g. to hold out the end of a run for validation)."""
         pick = slice(start, stop)
-        return dataclasses.replace(
-            self, t=self.t[pick], q=self.q[pick], qd=self.qd[pick], tau=self.tau[pick],
-            qdd=None if self.qdd is None else self.qdd[pick])
+        return dataclasses.replace(self, t=self.t[pick], **{
+            key: None if getattr(self, key) is None else getattr(self, key)[pick]
+            for key in _SIGNALS + _POSES})
 
 
 def hold_torques(traj: Trajectory, torque_samples: str = 'instantaneous') -> Trajectory:
@@ -171,6 +187,7 @@ def validate_trajectory(traj: Trajectory, min_samples: int = 3) -> Trajectory:
             where = f'row {row}' + (f', joint {names[col]!r}' if key != 't' and names else
                                     (f', column {col}' if key != 't' else ''))
             raise _error(src, key, f'non-finite value ({value[row, col]}) at {where}')
+    arrays.update(_validate_poses(traj, t.shape[0]))
     steps = np.diff(t)
     if np.any(steps <= 0.0):
         k = int(np.argmax(steps <= 0.0)) + 1
@@ -184,6 +201,52 @@ def validate_trajectory(traj: Trajectory, min_samples: int = 3) -> Trajectory:
                       'uniform grid by linear interpolation', UserWarning, stacklevel=2)
         traj = resample(traj, 1.0 / median)
     return traj
+
+
+def _validate_poses(traj: Trajectory, num: int) -> dict[str, np.ndarray | None]:
+    """`mocap_position` (num, K, 3) and `mocap_orientation` (num, K, 4) checked (both or
+    neither, finite, non-zero quaternions), the quaternions normalised and continuous."""
+    src = traj.source
+    given = {key: getattr(traj, key) for key in _POSES}
+    if all(v is None for v in given.values()):
+        return given
+    missing = [key for key, v in given.items() if v is None]
+    if missing:
+        present = next(key for key in _POSES if key not in missing)
+        raise _error(src, missing[0], f'missing beside {present}; give both or neither')
+    out = {}
+    shape = np.shape(given['mocap_position'])
+    k = shape[1] if len(shape) == 3 else 'K'
+    for key, width in zip(_POSES, (3, 4)):
+        try:
+            value = np.asarray(given[key], dtype=float)
+        except (TypeError, ValueError):
+            raise _error(src, key, 'expected numbers') from None
+        if value.shape != (num, k, width):
+            raise _error(src, key, f'expected shape ({num}, {k}, {width}) (samples of t, '
+                         f'tracked frames, {width}), got {value.shape}')
+        if not np.all(np.isfinite(value)):
+            row, frame, _ = np.argwhere(~np.isfinite(value))[0]
+            raise _error(src, key, f'non-finite value at row {row}, tracked frame {frame}')
+        out[key] = value
+    norm = np.linalg.norm(out['mocap_orientation'], axis=-1)
+    if np.any(norm < 1e-9):
+        row, frame = np.argwhere(norm < 1e-9)[0]
+        raise _error(src, 'mocap_orientation', f'zero quaternion at row {row}, tracked '
+                     f'frame {frame}')
+    out['mocap_orientation'] = continuous_quaternions(out['mocap_orientation'])
+    return out
+
+
+def continuous_quaternions(quat: np.ndarray, previous: np.ndarray | None = None) -> np.ndarray:
+    """Unit quaternions (N, ..., 4) [x, y, z, w], normalised, with signs flipped so that
+    neighbours along the first axis lie on the shorter arc (q and -q are one rotation),
+    continuing from `previous` (..., 4) (default: the first keeps its sign)."""
+    quat = quat / np.linalg.norm(quat, axis=-1, keepdims=True)
+    first = quat[:1] if previous is None else np.asarray(previous, dtype=float)[None]
+    ref = np.concatenate([first, quat[:-1]])
+    flips = np.cumsum(np.sum(ref * quat, axis=-1) < 0.0, axis=0) % 2
+    return np.where(flips[..., None] == 1, -quat, quat)
 
 
 def _read_npz(path: str):
@@ -293,7 +356,8 @@ def load_trajectory(path: str | os.PathLike, joint_names: Sequence[str] | None =
                 contents[key] = np.asarray(contents[key]).reshape(-1, len(names))[:, order]
         names = list(joint_names)
     traj = Trajectory(t=contents['t'], q=contents['q'], qd=contents['qd'], tau=contents['tau'],
-                      qdd=contents.get('qdd'), joint_names=tuple(names), source=path)
+                      qdd=contents.get('qdd'), joint_names=tuple(names), source=path,
+                      **{key: contents.get(key) for key in _POSES})
     return validate_trajectory(traj)
 
 
@@ -308,10 +372,12 @@ def save_trajectory(path: str | os.PathLike, traj: Trajectory) -> None:
         if ext == '.npz':
             arrays = dict(t=traj.t, q=traj.q, qd=traj.qd, tau=traj.tau,
                           joint_names=np.asarray(names, dtype=str))
-            if traj.qdd is not None:
-                arrays['qdd'] = traj.qdd
+            arrays.update((key, getattr(traj, key)) for key in ('qdd',) + _POSES
+                          if getattr(traj, key) is not None)
             np.savez(tmp, **arrays)
         elif ext == '.csv':
+            if traj.num_tracked:
+                raise DataError(f'{path}: a .csv holds no motion-capture poses; save as .npz')
             keys = [k for k in _SIGNALS if getattr(traj, k) is not None]
             header = ['t'] + [f'{k}_{n}' for k in keys for n in names]
             table = np.column_stack([traj.t] + [getattr(traj, k) for k in keys])
@@ -329,7 +395,8 @@ def resample(traj: Trajectory, rate: float) -> Trajectory:
     """Linear interpolation onto the uniform grid `t[0] + k / rate` within `[t[0], t[-1]]`.
 
     Torques are interpolated linearly too (not zero-order held); at rates near the original
-    one this changes a piecewise-constant command by less than one sample.
+    one this changes a piecewise-constant command by less than one sample. Motion-capture
+    quaternions (continuous in sign) are interpolated per component and normalised.
 
     Args:
       traj: a trajectory with increasing `t`.
@@ -339,11 +406,19 @@ def resample(traj: Trajectory, rate: float) -> Trajectory:
     t = traj.t[0] + np.arange(num) / rate
 
     def interp(x):
-        return None if x is None else np.stack(
-            [np.interp(t, traj.t, x[:, j]) for j in range(x.shape[1])], axis=1)
+        if x is None:
+            return None
+        flat = x.reshape(len(x), -1)
+        return np.stack([np.interp(t, traj.t, flat[:, j]) for j in range(flat.shape[1])],
+                        axis=1).reshape((num,) + x.shape[1:])
 
+    orientation = interp(traj.mocap_orientation)
+    if orientation is not None:
+        orientation = orientation / np.linalg.norm(orientation, axis=-1, keepdims=True)
     return dataclasses.replace(traj, t=t, q=interp(traj.q), qd=interp(traj.qd),
-                               tau=interp(traj.tau), qdd=interp(traj.qdd))
+                               tau=interp(traj.tau), qdd=interp(traj.qdd),
+                               mocap_position=interp(traj.mocap_position),
+                               mocap_orientation=orientation)
 
 
 def savgol_window(dt: float, seconds: float = 0.05, polyorder: int = 3) -> int:

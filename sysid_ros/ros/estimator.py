@@ -39,7 +39,8 @@ overridable as `qos_overrides.<topic>.subscription.{reliability,durability,depth
 (sensor_msgs/JointState: positions, velocities and, with `torque_source:
 joint_states.effort`, efforts; joints matched by name); `data.torque_source` when it names a
 topic (std_msgs/Float64MultiArray in model joint order, stamped on receipt by the node clock);
-`data.mocap_topics` (geometry_msgs/PoseStamped; buffered, not yet used by the likelihood).
+`data.mocap_topics` (geometry_msgs/PoseStamped; observed by the likelihood where
+`data.mocap_frames` names the tracked frames).
 Callbacks only append to the `WindowBuffer`; one worker thread pops the newest window every
 `online.hop`, runs `OnlineSession.update` (CSVGD by default, warm-started, see `io.online`) and
 publishes.

@@ -149,11 +149,11 @@ def test_reader_cuts_at_gaps_matches_joints_by_name_and_resamples(tmp_path, stor
         for key in ('q', 'qd', 'tau'):
             np.testing.assert_allclose(getattr(out, key), ref[key][:, order], atol=1e-9)
         t = out.t
-        np.testing.assert_allclose(seg.mocap_position[:, 0],
+        np.testing.assert_allclose(out.mocap_position[:, 0],
                                    np.stack([t, 2 * t, 0 * t], axis=1), atol=1e-9)
         # Signs made continuous before interpolating: still the rotation about z by t / 2.
         expected = np.stack([0 * t, 0 * t, np.sin(t / 4), np.cos(t / 4)], axis=1)
-        np.testing.assert_allclose(np.abs(np.sum(seg.mocap_orientation[:, 0] * expected, -1)),
+        np.testing.assert_allclose(np.abs(np.sum(out.mocap_orientation[:, 0] * expected, -1)),
                                    1.0, atol=1e-6)
 
 
