@@ -475,8 +475,9 @@ class DataConfig:
       mocap_topics: geometry_msgs/PoseStamped topics, one per tracked body.
       mocap_frames: the link (or fixed URDF frame) whose pose each of `mocap_topics`
         measures, in the same order; the poses then enter the output-error likelihood
-        beside the joint states (`io.estimator_data`). Empty: the poses are recorded and
-        buffered but not observed.
+        beside the joint states (`io.estimator_data`). The poses are taken in the model's
+        base (world) frame: register the mocap frame to the robot's base beforehand. Empty:
+        the poses are recorded and buffered but not observed.
       mocap_offsets: where each tracked frame (the marker body's frame) sits in its link,
         6 numbers per entry of `mocap_frames`: [x, y, z] [m], then URDF roll, pitch, yaw
         [rad]; empty: at the link frame.
