@@ -67,6 +67,7 @@ __all__ = [
     'MethodData',
     'check_bounds',
     'estimate_noise_std',
+    'mocap_points',
     'shooting_problem',
     'segments',
     'nea_samples',
