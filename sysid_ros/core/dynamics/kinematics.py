@@ -5,6 +5,8 @@ seed 001 eq. 8): a fixed placement (translation + URDF RPY) followed by the join
 a rotation about (revolute) or a translation along (prismatic) the joint axis.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,6 +36,34 @@ def subspace_dot(model: RobotModel, i: int, f):
 def subspace_times(model: RobotModel, i: int, x, dtype):
     """S_i x for a scalar x -> (6,)."""
     return jnp.asarray(motion_subspace(model, i), dtype) * x
+
+
+@functools.lru_cache(maxsize=None)
+def canonical_rotations(model: RobotModel) -> tuple[np.ndarray, ...]:
+    """Per body, the constant rotation C_i (3, 3) with C_i e_z = axis_i.
+
+    Body i's canonical frame is its joint frame rotated by C_i, so that its joint turns about
+    (or slides along) its own z axis and the motion subspace is a selection of one spatial
+    component. For an axis along a coordinate axis C_i is a signed permutation (exact);
+    otherwise its x axis is the unit vector orthogonal to the axis and to the coordinate axis
+    least aligned with it.
+    """
+    rotations = []
+    for axis in model.axis:
+        z = np.asarray(axis, dtype=float)
+        z = z / np.linalg.norm(z)
+        k = int(np.argmax(np.abs(z)))
+        if np.count_nonzero(z) == 1:
+            # A cyclic permutation takes e_z to e_k; for -e_k flip z and x (det stays +1).
+            columns = [np.eye(3)[(k + 1) % 3], np.eye(3)[(k + 2) % 3], np.eye(3)[k]]
+            if z[k] < 0.0:
+                columns = [-columns[0], columns[1], -columns[2]]
+        else:
+            x = np.cross(np.eye(3)[int(np.argmin(np.abs(z)))], z)
+            x = x / np.linalg.norm(x)
+            columns = [x, np.cross(z, x), z]
+        rotations.append(np.stack(columns, axis=1))
+    return tuple(rotations)
 
 
 def placement_transform(placement):
