@@ -199,12 +199,21 @@ def largest_scale(peak_fn: Callable, coeffs, target: float) -> float:
     return lo
 
 
-def initial_coefficients(problem: DesignProblem, key, peak_fn: Callable) -> np.ndarray:
+def initial_coefficients(problem: DesignProblem, key, check: Callable) -> np.ndarray:
     """Random coefficients (amplitudes falling as 1 / l over the harmonics) scaled so that
-    their motion uses at most START_USE of any limit."""
+    their motion uses START_USE of the position, velocity or acceleration limits (the
+    efforts are left to the penalty: at a start pose whose gravity torque alone uses more
+    than START_USE of a limit, a scale by all limits would start from rest, a stationary
+    point of the objective). `check` is `DesignFunctions.check`."""
     harmonic = np.arange(1, problem.harmonics + 1)
     raw = np.asarray(jax.random.normal(key, problem.coeff_shape)) / harmonic
-    return largest_scale(peak_fn, raw, START_USE) * raw
+
+    def kinematic_peak(c):
+        peak = check(c)[1]
+        return largest_use(limits_lib.Usage(peak.position, peak.velocity, peak.acceleration,
+                                            jnp.zeros_like(peak.effort)))
+
+    return largest_scale(kinematic_peak, raw, START_USE) * raw
 
 
 def design_trajectory(problem: DesignProblem, key, iterations: int = 200,
@@ -232,7 +241,7 @@ def design_trajectory(problem: DesignProblem, key, iterations: int = 200,
     def criterion(c):
         return float(log_det(problem, fns.information(c)))
 
-    start = initial_coefficients(problem, key, peak)
+    start = initial_coefficients(problem, key, fns.check)
     count = [0]
 
     def fun(x):
