@@ -35,8 +35,9 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
     particles is a divergence: the particles go back to the last good posterior and the
     event is counted.
   * Files (`save`, `load_posterior`): `<stem>.npz` (`particles` (P, M), `names` (M,),
-    `lower`, `upper` (M,)) and `<stem>.yaml` (names with mean and std, windows, divergences,
-    method), each written to a temporary file in the same folder and renamed into place.
+    `lower`, `upper` (M,)) and `<stem>.yaml` (names with mean, std and the 95 % interval
+    `ci95` that holds the truth at that rate for a calibrated posterior of few particles,
+    `core.inference.intervals`; windows, divergences, method), each written to a temporary file in the same folder and renamed into place.
 
 The session holds a lock: a worker thread may run `update` while a service callback calls
 `reset` or `save`.
@@ -56,7 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 import yaml
 
-from sysid_ros.core.inference import particles, registry
+from sysid_ros.core.inference import intervals, particles, registry
 from sysid_ros.core.inference.base import GaussianPrior
 from sysid_ros.core.likelihoods import likelihood as lik
 from sysid_ros.io import estimator_data, fitting, simulation
@@ -291,6 +292,13 @@ class OnlineSession:
                                   precision=jnp.zeros((m, m)))
         return prior
 
+    def _interval(self, theta: np.ndarray, level: float) -> np.ndarray:
+        """(2, M) central interval of particles theta (P, M) within the bounds
+        (`core.inference.intervals`; a single particle: the point itself)."""
+        ends = (intervals.central_interval(theta, level) if len(theta) > 1
+                else np.stack([theta[0], theta[0]]))
+        return np.clip(ends, self.lower, self.upper)
+
     def _jittered(self) -> np.ndarray:
         jitter = self.problem.config.online.jitter
         theta = self._particles
@@ -412,10 +420,10 @@ class OnlineSession:
                 'config': self.problem.config.source,
                 'saved_at_unix_s': time.time(),
                 'parameters': {n: {'mean': float(m), 'std': float(s), 'min': float(lo),
-                                   'max': float(hi)}
-                               for n, m, s, lo, hi in zip(self.names, theta.mean(axis=0),
-                                                          theta.std(axis=0), self.lower,
-                                                          self.upper)}}
+                                   'max': float(hi), 'ci95': [float(a), float(b)]}
+                               for n, m, s, lo, hi, a, b in zip(
+                                   self.names, theta.mean(axis=0), theta.std(axis=0),
+                                   self.lower, self.upper, *self._interval(theta, 0.95))}}
         finally:
             if locked:
                 self._lock.release()

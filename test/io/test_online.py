@@ -6,6 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from sysid_ros.core.inference import intervals
 from sysid_ros.io import config as config_io
 from sysid_ros.io import online, pipeline
 from sysid_ros.io.trajectory import DataError
@@ -118,8 +119,10 @@ def test_save_load_and_warm_start_from_file(problem, run, tmp_path):
                                   particles[:, ::-1])
     summary = config_io.yaml.safe_load(open(yml))
     mean = particles.mean(axis=0)
-    for name, value in zip(problem.names, mean):
+    ci95 = np.clip(intervals.central_interval(particles, 0.95), session.lower, session.upper)
+    for j, (name, value) in enumerate(zip(problem.names, mean)):
         assert summary['parameters'][name]['mean'] == pytest.approx(value)
+        assert summary['parameters'][name]['ci95'] == pytest.approx(list(ci95[:, j]))
     assert summary['windows'] == session.windows
     # A session warm-started from the file starts on those particles (inside the bounds).
     warm = online.OnlineSession(problem, warm_start=npz)
