@@ -59,7 +59,9 @@ def test_estimate_recovers_truth_within_two_sigma(fitted):
 def test_posterior_and_marginals_files(fitted):
     _, out = fitted
     assert {'estimate.yaml', 'posterior.npz', 'history.csv', 'convergence.png',
-            'marginals.csv', 'marginals.png'} == set(p.name for p in out.iterdir())
+            'marginals.csv', 'marginals.png', 'report.html'} == set(p.name for p in out.iterdir())
+    page = (out / 'report.html').read_text()
+    assert all(name in page for name in TRUTH)
     with np.load(out / 'posterior.npz') as saved:
         particles, names = saved['particles'], [str(n) for n in saved['names']]
     assert names == list(TRUTH)
