@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import pathlib
 import sys
@@ -169,6 +170,16 @@ def mujoco_recorder(noise: float, folder: str, estimator: dict | None = None
     return problem, record
 
 
+def membership(interval_at: Callable[[float], np.ndarray], truth: np.ndarray) -> np.ndarray:
+    """(len(LEVELS), M) whether the truth (M,) lies in `interval_at(level)` (2, M)."""
+    return np.stack([(lo <= truth) & (truth <= hi) for lo, hi in map(interval_at, LEVELS)])
+
+
+def percentile_interval(particles: np.ndarray, level: float) -> np.ndarray:
+    """(2, M) central percentiles (linear interpolation) of particles (P, M)."""
+    return np.percentile(particles, [50.0 * (1.0 - level), 50.0 * (1.0 + level)], axis=0)
+
+
 def posterior_checks(result: fitting.FitResult, truth: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """SBC rank (M,), interval membership (len(LEVELS), M) of a truth under a fit (the
@@ -181,18 +192,9 @@ def posterior_checks(result: fitting.FitResult, truth: np.ndarray
         percentile = None
     else:                                       # a posterior sample
         rank = np.mean(result.particles < truth, axis=0)
-        percentile = percentile_checks(result.particles, truth)
-    inside = np.stack([(lo <= truth) & (truth <= hi)
-                       for lo, hi in (result.interval(level) for level in LEVELS)])
-    return rank, inside, percentile
-
-
-def percentile_checks(particles: np.ndarray, truth: np.ndarray) -> np.ndarray:
-    """(len(LEVELS), M) membership of the truth in the central percentiles (linear
-    interpolation) of particles (P, M)."""
-    return np.stack([(lo <= truth) & (truth <= hi) for lo, hi in (
-        np.percentile(particles, [50.0 * (1.0 - lv), 50.0 * (1.0 + lv)], axis=0)
-        for lv in LEVELS)])
+        percentile = membership(functools.partial(percentile_interval, result.particles),
+                                truth)
+    return rank, membership(result.interval, truth), percentile
 
 
 def sample_checks(particles: np.ndarray, truth: np.ndarray
@@ -200,10 +202,9 @@ def sample_checks(particles: np.ndarray, truth: np.ndarray
     """SBC rank (M,), membership (len(LEVELS), M) of the central intervals of posterior
     particles (P, M) (`core.inference.intervals`, as `FitResult.interval`) and of their
     plain percentiles."""
-    inside = np.stack([(lo <= truth) & (truth <= hi) for lo, hi in (
-        intervals.central_interval(particles, level) for level in LEVELS)])
-    return (np.mean(particles < truth, axis=0), inside,
-            percentile_checks(particles, truth))
+    return (np.mean(particles < truth, axis=0),
+            membership(functools.partial(intervals.central_interval, particles), truth),
+            membership(functools.partial(percentile_interval, particles), truth))
 
 
 def online_draws(num_truths: int, seed: int, start: str | None = None, progress=print

@@ -37,7 +37,8 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
   * Files (`save`, `load_posterior`): `<stem>.npz` (`particles` (P, M), `names` (M,),
     `lower`, `upper` (M,)) and `<stem>.yaml` (names with mean, std and the 95 % interval
     `ci95` that holds the truth at that rate for a calibrated posterior of few particles,
-    `core.inference.intervals`; windows, divergences, method), each written to a temporary file in the same folder and renamed into place.
+    `core.inference.intervals`; windows, divergences, method), each written to a temporary
+    file in the same folder and renamed into place.
 
 The session holds a lock: a worker thread may run `update` while a service callback calls
 `reset` or `save`.
