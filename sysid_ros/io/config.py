@@ -32,12 +32,10 @@ import re
 from typing import Any, Mapping
 from xml.parsers.expat import ExpatError
 
-import yaml
-
 from sysid_ros.core.model import parameters as _parameters
 from sysid_ros.core.inference import registry
 from sysid_ros.core.likelihoods import likelihood as _likelihood
-from sysid_ros.io.errors import InputError, located
+from sysid_ros.io.errors import InputError, located, read_yaml
 
 __all__ = [
     'ACTUATORS',
@@ -873,13 +871,7 @@ def load_yaml(path: str | os.PathLike, node: str | None = None) -> Config:
       ConfigError: unreadable file, invalid YAML or invalid configuration.
     """
     path = os.fspath(path)
-    try:
-        with open(path, encoding='utf-8') as f:
-            d = yaml.safe_load(f)
-    except OSError as exc:
-        raise ConfigError(f'{path}: cannot read: {exc.strerror}') from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f'{path}: invalid YAML: {exc}') from exc
+    d = read_yaml(path, ConfigError)
     if d is None:
         raise ConfigError(f'{path}: empty file')
     return from_dict(_unwrap_ros(d, path, node), path)

@@ -41,7 +41,7 @@ from sysid_ros.core.dynamics import control
 from sysid_ros.core.excitation import design as design_lib
 from sysid_ros.core.excitation import limits as limits_lib
 from sysid_ros.io.config import config_error
-from sysid_ros.io.errors import InputError, located
+from sysid_ros.io.errors import InputError, located, read_yaml
 from sysid_ros.io.problem import MechanismProblem, Problem
 from sysid_ros.io.trajectory import Trajectory, save_trajectory
 
@@ -208,20 +208,9 @@ def _require_additive(problem: Problem) -> str:
     return actuator
 
 
-def _read_yaml(path: str):
-    """The content of a YAML file; InputError naming the file if unreadable."""
-    try:
-        with open(path, encoding='utf-8') as f:
-            return yaml.safe_load(f)
-    except OSError as exc:
-        raise InputError(f'{path}: cannot read: {exc.strerror}') from exc
-    except yaml.YAMLError as exc:
-        raise InputError(f'{path}: invalid YAML: {exc}') from exc
-
-
 def _read_prior(path: str, names: Sequence[str]) -> dict[str, tuple[float, float]]:
     """{name: (mean, std)} of the parameters of a saved estimate.yaml that `names` holds."""
-    estimate = _read_yaml(path)
+    estimate = read_yaml(path)
     entries = estimate.get('parameters') if isinstance(estimate, Mapping) else None
     if not isinstance(entries, Mapping):
         raise InputError(located(path, 'parameters', 'expected the map of an estimate.yaml '
@@ -369,7 +358,7 @@ def load_joint_trajectory(path: str | os.PathLike) -> JointTrajectoryData:
         increase.
     """
     path = os.fspath(path)
-    data = _read_yaml(path)
+    data = read_yaml(path)
     if not isinstance(data, Mapping):
         raise InputError(f'{path}: expected a map with joint_names and points')
     names = data.get('joint_names')

@@ -5,6 +5,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import yaml
 
 from sysid_ros.core.inference import intervals
 from sysid_ros.io import config as config_io
@@ -117,7 +118,7 @@ def test_save_load_and_warm_start_from_file(problem, run, tmp_path):
     reversed_names = problem.names[::-1]
     np.testing.assert_array_equal(online.load_posterior(yml, reversed_names),
                                   particles[:, ::-1])
-    summary = config_io.yaml.safe_load(open(yml))
+    summary = yaml.safe_load(open(yml))
     mean = particles.mean(axis=0)
     ci95 = np.clip(intervals.central_interval(particles, 0.95), session.lower, session.upper)
     for j, (name, value) in enumerate(zip(problem.names, mean)):
