@@ -67,6 +67,7 @@ __all__ = [
     'MethodData',
     'check_bounds',
     'estimate_noise_std',
+    'configured_noise_std',
     'mocap_points',
     'shooting_problem',
     'segments',
@@ -238,16 +239,29 @@ def _mocap_noise_std(problem: Problem, points: Sequence[np.ndarray]) -> tuple[fl
     return max(sigma, MOCAP_NOISE_FLOOR), 'estimated'
 
 
-def _noise_std(problem: Problem, trajs: Sequence[Trajectory]) -> tuple[np.ndarray, str]:
+def configured_noise_std(problem: Problem) -> np.ndarray | None:
+    """(2 nv,) `data.noise_std` per state dimension [rad or m, rad/s or m/s] (q, then qd),
+    or None where it is not configured.
+
+    Raises:
+      ConfigError: neither 1 value nor 2 nv.
+    """
     dims = 2 * problem.model.nv
     given = problem.config.data.noise_std
     if not given:
-        states = [np.concatenate([t.q, t.qd], axis=1) for t in trajs]
-        return estimate_noise_std(states, problem.model.nv), 'estimated'
+        return None
     if len(given) not in (1, dims):
         raise _error(problem, 'data.noise_std', f'expected 1 value or {dims} (q of '
                      f'{", ".join(problem.model.joint_names)}, then qd), got {len(given)}')
-    return np.broadcast_to(np.asarray(given, dtype=float), (dims,)).copy(), 'config'
+    return np.broadcast_to(np.asarray(given, dtype=float), (dims,)).copy()
+
+
+def _noise_std(problem: Problem, trajs: Sequence[Trajectory]) -> tuple[np.ndarray, str]:
+    configured = configured_noise_std(problem)
+    if configured is not None:
+        return configured, 'config'
+    states = [np.concatenate([t.q, t.qd], axis=1) for t in trajs]
+    return estimate_noise_std(states, problem.model.nv), 'estimated'
 
 
 def shooting_problem(problem: Problem, trajs: Sequence[Trajectory], theta=None

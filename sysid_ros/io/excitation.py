@@ -40,6 +40,7 @@ import yaml
 from sysid_ros.core.dynamics import control
 from sysid_ros.core.excitation import design as design_lib
 from sysid_ros.core.excitation import limits as limits_lib
+from sysid_ros.io import estimator_data
 from sysid_ros.io.config import config_error
 from sysid_ros.io.errors import InputError, located, read_yaml
 from sysid_ros.io.problem import MechanismProblem, Problem
@@ -189,13 +190,10 @@ def _start(problem: Problem, limits: limits_lib.Limits) -> np.ndarray:
 def _velocity_std(problem: Problem) -> tuple[np.ndarray, str]:
     """(nv,) velocity noise std and where it came from (`data.noise_std`'s qd entries)."""
     nv = problem.model.nv
-    given = problem.config.data.noise_std
-    if not given:
+    configured = estimator_data.configured_noise_std(problem)
+    if configured is None:
         return np.full(nv, DEFAULT_VELOCITY_STD), 'default'
-    if len(given) not in (1, 2 * nv):
-        raise config_error(problem.config, 'data.noise_std', f'expected 1 value or {2 * nv} '
-                           f'(q, then qd), got {len(given)}')
-    return np.broadcast_to(np.asarray(given, dtype=float)[-nv:], (nv,)).copy(), 'config'
+    return configured[nv:], 'config'
 
 
 def _require_additive(problem: Problem) -> str:
