@@ -24,6 +24,7 @@ __all__ = [
     'rollout_batch',
     'typical_torque',
     'excitation',
+    'joint_sines',
     'tracked_poses',
     'simulate',
     'prediction_error',
@@ -77,6 +78,50 @@ def excitation(t: np.ndarray, scale: np.ndarray, rng: np.random.Generator,
     amp = amp / amp.sum(axis=0) * np.asarray(scale)
     return np.sum(amp[None] * np.sin(2 * np.pi * freq[None] * t[:, None, None] + phase[None]),
                   axis=1)
+
+
+def joint_sines(t: np.ndarray, q_min, q_max, v_max, rng: np.random.Generator,
+                num_sines: int = 5, max_frequency: float = 1.0, margin: float = 0.1,
+                speed: float = 0.5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Smooth random joint motion inside the limits: per joint a sum of `num_sines` sinusoids
+    about the middle of its range.
+
+    Frequencies are uniform in [0.1, max_frequency] Hz, phases uniform and amplitude weights
+    uniform in [0.5, 1]; each joint's amplitudes are scaled together so that their sum (the
+    peak distance from the middle) is at most (1 - margin) times its half range and the sum
+    of amplitude times angular frequency (the peak speed) at most `speed` times its velocity
+    limit.
+
+    Args:
+      t: (T,) times [s].
+      q_min, q_max: (nv,) position limits [rad or m] (infinite: -pi and pi).
+      v_max: (nv,) velocity limits [rad/s or m/s] (infinite or 0: no speed bound).
+      rng: NumPy generator.
+      num_sines, max_frequency: sinusoids per joint and their highest frequency [Hz].
+      margin: fraction of each half range kept free at both ends [-], in [0, 1).
+      speed: largest fraction of each velocity limit used [-].
+
+    Returns:
+      q, qd, qdd: (T, nv) positions, velocities and accelerations [rad, rad/s, rad/s^2 or m,
+      m/s, m/s^2].
+    """
+    lo = np.where(np.isfinite(q_min), q_min, -np.pi)
+    hi = np.where(np.isfinite(q_max), q_max, np.pi)
+    v_max = np.asarray(v_max, float)
+    v_max = np.where(v_max > 0.0, v_max, np.inf)
+    nv = len(lo)
+    omega = 2.0 * np.pi * rng.uniform(0.1, max_frequency, size=(num_sines, nv))
+    phase = rng.uniform(0.0, 2.0 * np.pi, size=(num_sines, nv))
+    weight = rng.uniform(0.5, 1.0, size=(num_sines, nv))
+    weight = weight / weight.sum(axis=0)
+    peak = np.minimum((1.0 - margin) * 0.5 * (hi - lo),
+                      speed * v_max / np.sum(weight * omega, axis=0))
+    amp = weight * peak                                                  # (num_sines, nv)
+    angle = omega[None] * np.asarray(t, float)[:, None, None] + phase[None]
+    q = 0.5 * (lo + hi) + np.sum(amp * np.sin(angle), axis=1)
+    qd = np.sum(amp * omega * np.cos(angle), axis=1)
+    qdd = -np.sum(amp * omega ** 2 * np.sin(angle), axis=1)
+    return q, qd, qdd
 
 
 def tracked_poses(problem: Problem, params: Params, q: np.ndarray, noise: float = 0.0,

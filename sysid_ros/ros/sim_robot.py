@@ -4,15 +4,20 @@
         -p publish_rate:=200.0 -p noise:=0.001
 
 It integrates a ground-truth model of the configured robot at `sim_rate` (1 kHz) with the
-configured integrator and actuator model, driven by a sum-of-sines joint torque
-(`pipeline.excitation`, peaks of `torque_scale` times a typical torque of each joint, the
-excitation of `pipeline.simulate`), and publishes what a driver would:
+configured integrator and actuator model, driven by `excitation`: `torque` (default), a
+sum-of-sines joint torque (`simulation.excitation`, peaks of `torque_scale` times a typical
+torque of each joint, the excitation of `pipeline.simulate`), or `joint_sines`, a sum of
+sines in joint space about the middle of each joint's range (`simulation.joint_sines`: at
+least `position_margin` of the half range from each limit, at most `speed_fraction` of the
+velocity limit) followed by the computed-torque law below, so that an arm under gravity
+stays inside its limits; and publishes what a driver would:
 
   * `joint_states` (sensor_msgs/JointState, reliable; `qos_overrides./joint_states.publisher.
     reliability:=best_effort` publishes it as drivers with the sensor-data QoS do) at
     `publish_rate`: positions and velocities with Gaussian noise of standard deviation
-    `noise` [rad, rad/s], efforts = the applied torque
-    (plus `effort_noise` [N m]); the effort at a stamp is the command held from that stamp on;
+    `noise` [rad, rad/s], efforts = the applied torque as a joint torque sensor measures it,
+    with Gaussian noise of std `effort_noise` [N m]; the effort at a stamp is the command
+    held from that stamp on;
   * `torque_commands` (std_msgs/Float64MultiArray, model joint order), if `publish_commands`;
   * `mocap/<mocap_link>/pose` (geometry_msgs/PoseStamped, frame `mocap_frame`), if
     `mocap_link` names a link: the link frame's pose, position noise `mocap_noise` [m];
@@ -20,18 +25,20 @@ excitation of `pipeline.simulate`), and publishes what a driver would:
     every configured parameter (names as in the configuration), the payload and the seed;
     the estimator is not told, the demo reads it to score the estimate.
 
-Ground truth (`core.model.edits.perturb_params`): the configuration's nominal model, perturbed with the seed:
-each link's inertial 10-vector is scaled by a factor drawn uniformly from [1 - p, 1 + p]
-(p = `perturbation`; mass, first moment and inertia together, so the centre of mass stays and
-the body stays physically consistent) and each joint's viscous damping becomes
-`nominal * U(1 - p, 1 + p) + true_damping * U(0.5, 1.5)` [N m s/rad]. Of that perturbed
-model only the configured parameters are kept (the rest stays nominal: freeing `link1.mass`
-keeps the inertia about the centre of mass), so that the estimator's model class contains
-the truth; `perturb_unidentified:=true` keeps the whole perturbation instead (unmodelled
-dynamics, e.g. to test robustness).
+Ground truth (`core.model.edits.perturb_params`): the configuration's nominal model,
+perturbed with the seed: each link's inertial 10-vector is scaled by a factor drawn uniformly
+from [1 - p, 1 + p] (p = `perturbation`; mass, first moment and inertia together, so the
+centre of mass stays and the body stays physically consistent) and each joint's viscous
+damping becomes `nominal * U(1 - p, 1 + p) + true_damping * U(0.5, 1.5)` [N m s/rad], its
+Coulomb torque `nominal * U(1 - p, 1 + p) + true_coulomb * U(0.5, 1.5)` [N m]. Of that
+perturbed model only the configured parameters are kept (the rest stays nominal: freeing
+`link1.mass` keeps the inertia about the centre of mass), so that the estimator's model class
+contains the truth; `perturb_unidentified:=true` keeps the whole perturbation instead
+(unmodelled dynamics, e.g. to test robustness).
 
-Following a trajectory (e.g. `sysid excite`'s): with `trajectory` (a JointTrajectory YAML,
-followed from the start, the robot starting at its first point) or on every
+Following a trajectory (e.g. `sysid excite`'s, or `excitation:=joint_sines`): with
+`trajectory` (a JointTrajectory YAML, followed from the start, the robot starting at its
+first point) or on every
 trajectory_msgs/JointTrajectory message on `trajectory_topic` (followed from its arrival;
 e.g. `/joint_trajectory_controller/joint_trajectory`, where `trajectory_publisher` sends),
 the torques come from a computed-torque law instead of the sum of sines
@@ -41,18 +48,22 @@ each command is held over one publish period and clipped to the effort limits. T
 is interpolated linearly between the points; after the last point the robot holds it, and
 before the first message on `trajectory_topic` it holds its rest pose.
 
-Payload (`core.model.edits.add_point_mass`): a point mass `payload_mass` [kg] at `payload_position` (in the
-frame of `payload_link`; default: that link's centre of mass) is added at `payload_time` [s
-after start] if >= 0, or on the `~/pick_up_payload` service (std_srvs/Trigger);
-`~/drop_payload` removes it. The simulation goes on without a jump.
+Payload (`core.model.edits.add_rigid_body`): a rigid body of mass `payload_mass` [kg],
+centre of mass `payload_position` (in the frame of `payload_link`; default: that link's
+centre of mass) and inertia `payload_inertia` about it (default: none, a point mass) is added
+at `payload_time` [s after start] if >= 0, or on the `~/pick_up_payload` service
+(std_srvs/Trigger); `~/drop_payload` removes it. The simulation goes on without a jump.
+Where the configuration identifies a `model.payload` on the same link, the truths of its
+`payload.*` parameters are the held payload's mass and centre of mass in the payload frame
+(mass 0 while none is held); its inertia stays hidden.
 
 Timing: a timer ticks every `B / publish_rate` seconds (B messages per tick, so that ticks
 stay at or below `MAX_TICK_RATE` = 100 Hz) and runs one jitted call that integrates B * K
 steps (K = sim_rate / publish_rate) and returns the B states to publish. Stamps are
-`start + k / publish_rate` from the node clock; a tick that comes late runs the missed ticks at once while the lag is
-at most `MAX_LAG`; beyond that the lost time is skipped (a gap in the stamps, counted as an
-overrun and reported). Ctrl-C or SIGTERM stop the node cleanly and print a summary (messages,
-simulated time, real-time factor, CPU use).
+`start + k / publish_rate` from the node clock; a tick that comes late runs the missed ticks
+at once while the lag is at most `MAX_LAG`; beyond that the lost time is skipped (a gap in
+the stamps, counted as an overrun and reported). Ctrl-C or SIGTERM stop the node cleanly and
+print a summary (messages, simulated time, real-time factor, CPU use).
 
 This node is the simulated hardware: it calls the core's integrator but holds no estimator.
 """
@@ -82,10 +93,11 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from sysid_ros.core.model import edits, inertia
+from sysid_ros.core.model.parameters import PAYLOAD_ATTRIBUTES
 from sysid_ros.core.dynamics import control
 from sysid_ros.core.dynamics import integrators
 from sysid_ros.core.dynamics import kinematics
-from sysid_ros.io import excitation, pipeline
+from sysid_ros.io import excitation, pipeline, simulation
 from sysid_ros.io.errors import InputError
 from sysid_ros.ros import messages
 
@@ -162,7 +174,7 @@ class SimRobot(Node):
 
         # Ground truth and payload.
         perturbed = edits.perturb_params(problem.base_params, p['seed'], p['perturbation'],
-                                 p['true_damping'])
+                                         p['true_damping'], p['true_coulomb'])
         if p['perturb_unidentified']:
             self._nominal = perturbed
         else:   # only the configured parameters differ: the estimator's model holds the truth
@@ -182,15 +194,19 @@ class SimRobot(Node):
                              f'got {list(position)}')
         self._payload_position = np.asarray(position, float)
         self._payload_mass = p['payload_mass']
+        entries = p['payload_inertia']
+        if len(entries) not in (0, 6):
+            raise InputError(f'parameter payload_inertia: expected 6 numbers ixx, ixy, ixz, '
+                             f'iyy, iyz, izz [kg m^2] (one number or empty: none), got '
+                             f'{list(entries)}')
+        payload_inertia = (inertia.inertia_matrix_from_entries(*entries) if entries
+                           else np.zeros((3, 3)))
         # Both ground truths (and their published values) are computed before the timer
         # starts: eager JAX ops compile on first use, which would stall the simulation.
-        self._with_payload = edits.add_point_mass(self._nominal, self._payload_body,
-                                            self._payload_mass, self._payload_position)
-        spec = problem.spec
-        self._truth_table = {
-            held: {name: float(v) for name, v in zip(spec.names, np.asarray(
-                spec.from_params(self._with_payload if held else self._nominal)))}
-            for held in (False, True)}
+        self._with_payload = edits.add_rigid_body(self._nominal, self._payload_body,
+                                                  self._payload_mass, self._payload_position,
+                                                  payload_inertia)
+        self._truth_table = {held: self._truths(held) for held in (False, True)}
         self._payload_time = p['payload_time']
         self._payload_held = False
         self._payload_timer_done = self._payload_time < 0.0
@@ -205,22 +221,35 @@ class SimRobot(Node):
             pipeline.excitation, scale=scale, num_sines=p['num_sines'],
             max_frequency=p['max_frequency'])
         self._excitation_seed = [p['seed'], 2]
+        self._sines = None
+        if p['excitation'] == 'joint_sines':
+            self._sines = functools.partial(
+                simulation.joint_sines, q_min=model.q_min or np.full(self._nv, np.inf),
+                q_max=model.q_max or np.full(self._nv, np.inf),
+                v_max=model.v_max or np.full(self._nv, np.inf),
+                num_sines=p['num_sines'], max_frequency=p['max_frequency'],
+                margin=p['position_margin'], speed=p['speed_fraction'])
         # Torques are evaluated for about a second of ticks at once (`_controls`).
         self._block_ticks = max(1, int(round(p['publish_rate'] / self._batch)))
         self._block = (None, None)              # (first tick, (block * B * K + 1, nv) torques)
         # Rest pose: q = 0, clipped into the joint limits.
         q_rest = np.clip(np.zeros(self._nv), model.q_min or -np.inf, model.q_max or np.inf)
-        # Trajectory following: (first control instant, t (K,), q, qd, qdd (K, nv)) or None.
+        # Trajectory following: (first control instant, reference) or None; reference(times
+        # (T,) [s from that instant]) -> q, qd, qdd (T, nv).
         self._reference = None
-        self._following = bool(p['trajectory'] or p['trajectory_topic'])
+        self._following = (bool(p['trajectory'] or p['trajectory_topic'])
+                           or self._sines is not None)
         if self._following and self._actuator not in control.ADDITIVE_ACTUATORS:
-            raise InputError(f'parameters trajectory, trajectory_topic: following needs an '
-                             f'actuator of {", ".join(control.ADDITIVE_ACTUATORS)}, got '
+            raise InputError(f'parameters trajectory, trajectory_topic, excitation: following '
+                             f'needs an actuator of {", ".join(control.ADDITIVE_ACTUATORS)}, got '
                              f'{self._actuator!r}')
         self._tracking_frequency = 2.0 * np.pi * p['tracking_frequency']
         if p['trajectory']:
             ref = excitation.load_joint_trajectory(p['trajectory'])
             self._follow(ref.joint_names, ref.t, ref.q, ref.qd, ref.qdd, first=0)
+        elif self._sines is not None:
+            self._reference = (0, self._sines_at)
+            self.get_logger().info('following joint-space sines inside the limits')
         elif self._following:                   # hold the rest pose until a trajectory comes
             hold = np.stack([q_rest, q_rest])
             zero = np.zeros_like(hold)
@@ -243,7 +272,8 @@ class SimRobot(Node):
         # State: at rest (or at the start of the trajectory to follow).
         self._x0 = np.concatenate([q_rest, np.zeros(self._nv)])
         if self._reference is not None:
-            self._x0 = np.concatenate([self._reference[2][0], self._reference[3][0]])
+            q0, qd0, _ = self._reference[1](np.zeros(1))
+            self._x0 = np.concatenate([q0[0], qd0[0]])
         self._x = self._x0
         self._ticks = 0                          # ticks simulated since start
         self._published = 0
@@ -304,6 +334,13 @@ class SimRobot(Node):
              'configured parameters (dynamics the estimator cannot represent)'),
             ('true_damping', 0.1, 'scale of the damping added to the nominal one '
              '[N m s/rad]'),
+            ('true_coulomb', 0.0, 'scale of the Coulomb torque added to the nominal one '
+             '[N m]'),
+            ('excitation', 'torque', 'torque (sum of sines in joint torque) or joint_sines '
+             '(sum of sines in joint space inside the limits, tracked)'),
+            ('position_margin', 0.1, 'joint_sines: fraction of each half range kept free at '
+             'both limits'),
+            ('speed_fraction', 0.5, 'joint_sines: largest fraction of each velocity limit'),
             ('torque_scale', 1.0, 'excitation peak per joint, times a typical torque'),
             ('num_sines', 5, 'sines per joint in the excitation'),
             ('max_frequency', 1.0, 'highest excitation frequency [Hz]'),
@@ -311,6 +348,8 @@ class SimRobot(Node):
             ('payload_link', '', 'link that picks up the payload (empty: the last one)'),
             ('payload_position', [0.0], 'payload position in the link frame [m] (3 numbers; '
              'one number or empty: the link\'s centre of mass)'),
+            ('payload_inertia', [0.0], 'payload inertia about its centre of mass in link axes: '
+             'ixx, ixy, ixz, iyy, iyz, izz [kg m^2] (one number or empty: a point mass)'),
             ('payload_time', -1.0, 'pick up the payload this long after start [s] '
              '(negative: only on ~/pick_up_payload)'),
             ('mocap_link', '', 'link whose pose is published on mocap/<link>/pose (empty: '
@@ -334,15 +373,21 @@ class SimRobot(Node):
             self.declare_parameter(name, default, ParameterDescriptor(
                 description=description, read_only=True, dynamic_typing=True))
             values[name] = _typed(name, self.get_parameter(name).value, default)
-        values['payload_position'] = ([] if len(values['payload_position']) < 2
-                                      else list(values['payload_position']))
+        for name in ('payload_position', 'payload_inertia'):
+            values[name] = [] if len(values[name]) < 2 else list(values[name])
+        if values['excitation'] not in ('torque', 'joint_sines'):
+            raise InputError(f'parameter excitation: expected torque or joint_sines, got '
+                             f'{values["excitation"]!r}')
+        if not 0.0 <= values['position_margin'] < 1.0:
+            raise InputError(f'parameter position_margin: expected a number in [0, 1), got '
+                             f'{values["position_margin"]!r}')
         for name, low in (('publish_rate', 0.0), ('sim_rate', 0.0), ('max_frequency', 0.0),
                           ('tracking_frequency', 0.0)):
             if not values[name] > low:
                 raise InputError(f'parameter {name}: expected a number > {low:g}, '
                                  f'got {values[name]!r}')
-        for name in ('noise', 'effort_noise', 'true_damping', 'torque_scale', 'payload_mass',
-                     'mocap_noise'):
+        for name in ('noise', 'effort_noise', 'true_damping', 'true_coulomb', 'torque_scale',
+                     'payload_mass', 'mocap_noise', 'speed_fraction'):
             if not values[name] >= 0.0:
                 raise InputError(f'parameter {name}: expected a number >= 0, got '
                                  f'{values[name]!r}')
@@ -377,8 +422,8 @@ class SimRobot(Node):
     def _warm_up(self) -> float:
         """Compile the step (and the pose) functions once before the timer starts."""
         begin = time.monotonic()
-        self._advance = integrators.make_advance_fn(self._model, self._dt, self._steps, self._integrator,
-                                        self._actuator)
+        self._advance = integrators.make_advance_fn(self._model, self._dt, self._steps,
+                                                    self._integrator, self._actuator)
         states = self._advance(self._nominal, self._x0, self._controls(0)[:-1])
         if self._following:
             model, period, limit = self._model, self._period, self._limit
@@ -471,11 +516,22 @@ class SimRobot(Node):
         if -1 in order or len(names) != self._nv:
             raise InputError(f'trajectory: expected the joints '
                              f'{", ".join(self._model.joint_names)}, got {", ".join(names)}')
-        self._reference = (first, np.asarray(t, float),
-                           *(np.asarray(a, float)[:, order] for a in (q, qd, qdd)))
+        t = np.asarray(t, float)
+        q, qd, qdd = (np.asarray(a, float)[:, order] for a in (q, qd, qdd))
+
+        def reference(times):
+            return [np.stack([np.interp(times, t, a[:, j]) for j in range(self._nv)], axis=1)
+                    for a in (q, qd, qdd)]
+
+        self._reference = (first, reference)
         self.get_logger().info(f'following a trajectory of {len(t)} points, '
                                f'{t[-1] - t[0]:.2f} s, from t = '
                                f'{first * self._period:.3f} s')
+
+    def _sines_at(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """q, qd, qdd (T, nv) of the joint-space sines at `times` (T,) [s] (the same sines on
+        every call: a generator from a fixed seed)."""
+        return self._sines(times, rng=np.random.default_rng(self._excitation_seed))
 
     def _on_trajectory(self, msg: JointTrajectory) -> None:
         arrays = messages.trajectory_to_arrays(msg)
@@ -491,11 +547,10 @@ class SimRobot(Node):
     def _tracked(self, tick: int) -> tuple[np.ndarray, np.ndarray]:
         """(B, 2 nv) states and (B, nv) commands held from their stamps of `tick` under the
         computed-torque law following the reference."""
-        first, t, q, qd, qdd = self._reference
+        first, reference = self._reference
         times = (tick * self._batch + np.arange(self._batch + 1) - first) * self._period
-        ref = [np.stack([np.interp(times, t, a[:, j]) for j in range(self._nv)], axis=1)
-               for a in (q, qd, qdd)]
-        states, u = self._track(self._truth, self._problem.base_params, self._x, *ref)
+        states, u = self._track(self._truth, self._problem.base_params, self._x,
+                                *reference(times))
         return np.asarray(states[1:]), np.asarray(u[1:])
 
     # ------------------------------------------------------------------------------------------
@@ -528,6 +583,30 @@ class SimRobot(Node):
         self._set_payload(False, 'service')
         response.success, response.message = True, f'dropped; truth {self._truth_text()}'
         return response
+
+    def _truths(self, held: bool) -> dict[str, float]:
+        """The value of every configured parameter with or without the payload (module doc).
+
+        Raises:
+          InputError: `payload.*` parameters of a `model.payload` on another link.
+        """
+        spec = self._problem.spec
+        values = {n: float(v) for n, v in zip(spec.names, np.asarray(
+            spec.from_params(self._with_payload if held else self._nominal)))}
+        payload = spec.payload
+        free = [n for n in spec.names if n.startswith('payload.')]
+        if payload is None or not free:
+            return values
+        if payload.body != self._payload_body:
+            raise InputError(f'parameter payload_link: expected the link of model.payload '
+                             f'({self._model.link_names[payload.body]}) to publish the '
+                             f'truths of {", ".join(free)}, got '
+                             f'{self._model.link_names[self._payload_body]}')
+        rotation = np.reshape(payload.rotation, (3, 3))
+        com = rotation.T @ (self._payload_position - np.asarray(payload.translation))
+        truth = dict(zip(PAYLOAD_ATTRIBUTES, [self._payload_mass if held else 0.0, *com]))
+        values.update({n: float(truth[n.partition('.')[2]]) for n in free})
+        return values
 
     def _truth_values(self) -> dict[str, float]:
         return self._truth_table[self._payload_held]

@@ -220,3 +220,41 @@ def test_all_names_importable():
     from sysid_ros.ros import sim_robot
     for name in sim_robot.__all__:
         assert hasattr(sim_robot, name)
+
+
+def test_joint_sines_rigid_payload_and_payload_truths_in_process(ros, tmp_path):
+    """excitation:=joint_sines follows sines inside the range; the held payload is rigid
+    (inertia included); `payload.*` truths are its mass and centre of mass; Coulomb truths."""
+    import yaml
+    from rclpy.parameter import Parameter
+
+    from sysid_ros.core.model import edits, inertia
+    from sysid_ros.ros.sim_robot import SimRobot
+    config = tmp_path / 'payload.yaml'
+    config.write_text(yaml.safe_dump({'model': {
+        'builder': 'double_pendulum', 'joints': ['joint1', 'joint2'],
+        'actuator': 'coulomb_viscous', 'payload': {'link': 'link2'}}, 'parameters': {
+        'payload': {'mass': {'min': 0.0, 'max': 2.0}, 'com': {'z': {'min': -1.5, 'max': 0.5}}},
+        'joint2': {'coulomb': {'min': 0.0, 'max': 1.0}}}}))
+    entries = [0.01, 0.001, 0.0, 0.02, 0.0, 0.03]
+    node = SimRobot(context=ros.context, parameter_overrides=[
+        Parameter('config', value=str(config)), Parameter('publish_rate', value=100.0),
+        Parameter('excitation', value='joint_sines'), Parameter('noise', value=0.0),
+        Parameter('true_coulomb', value=0.4), Parameter('payload_mass', value=0.7),
+        Parameter('payload_position', value=[0.0, 0.0, -0.8]),
+        Parameter('payload_inertia', value=entries)])
+    ros.executor.add_node(node)
+    try:
+        assert node._truths(False)['payload.mass'] == 0.0
+        held = node._truths(True)
+        assert held['payload.mass'] == 0.7 and held['payload.com.z'] == pytest.approx(-0.8)
+        assert 0.2 <= held['joint2.coulomb'] <= 0.6
+        expected = edits.add_rigid_body(node._nominal, 1, 0.7, [0.0, 0.0, -0.8],
+                                        inertia.inertia_matrix_from_entries(*entries))
+        np.testing.assert_allclose(node._with_payload.inertial, expected.inertial)
+        assert ros.spin_until(lambda: node._ticks >= 50, 20.0)
+        # Tracking the sines about the middle of the (unlimited: +-pi) range.
+        assert np.all(np.abs(node._x[:2]) < 0.9 * np.pi) and np.any(node._x[2:] != 0.0)
+    finally:
+        ros.executor.remove_node(node)
+        node.destroy_node()
