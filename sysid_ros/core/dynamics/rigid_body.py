@@ -27,17 +27,13 @@ from sysid_ros.core.model import blocks, spatial
 from sysid_ros.core.model.types import PRISMATIC, Params, RobotModel
 
 
-def _base_acceleration(model: RobotModel, dtype):
-    """Spatial acceleration of the fixed base that stands in for gravity: [-g; 0]."""
-    return jnp.concatenate([-jnp.asarray(model.gravity, dtype), jnp.zeros(3, dtype)])
-
-
 def _link_transforms(model: RobotModel, params: Params, q):
     return [joint_transform(model, params, i, q[i]) for i in range(model.num_bodies)]
 
 
 def rnea(model: RobotModel, params: Params, q, qd, qdd):
-    """Inverse dynamics tau = M(q) qdd + C(q, qd) qd + g(q) (Featherstone RBDA Table 5.1).
+    """Inverse dynamics tau = M(q) qdd + C(q, qd) qd + g(q) (Featherstone RBDA Table 5.1),
+    in canonical joint frames on 3-vectors, one sweep per direction (`_root_to_leaves`).
 
     Args:
       q, qd, qdd: (nv,) joint positions [rad, m], velocities and accelerations.
@@ -45,32 +41,14 @@ def rnea(model: RobotModel, params: Params, q, qd, qdd):
     Returns:
       (nv,) joint torques/forces [N m, N], armature included.
     """
-    dtype = jnp.result_type(q, params.inertial)
-    xs = _link_transforms(model, params, q)
-    a0 = _base_acceleration(model, dtype)
-    vel, acc, force = [], [], []
-    # Forward pass: body velocities and accelerations, then the net force on each body.
-    for i, parent in enumerate(model.parents):
-        R, p = xs[i]
-        v_parent = vel[parent] if parent >= 0 else jnp.zeros(6, dtype)
-        a_parent = acc[parent] if parent >= 0 else a0
-        s_qd = subspace_times(model, i, qd[i], dtype)
-        v = spatial.motion_act_inv(R, p, v_parent) + s_qd
-        a = (spatial.motion_act_inv(R, p, a_parent) + subspace_times(model, i, qdd[i], dtype)
-             + spatial.motion_cross(v, s_qd))
-        pi = params.inertial[i]
-        force.append(spatial.inertia_apply(pi, a)
-                     + spatial.force_cross(v, spatial.inertia_apply(pi, v)))
-        vel.append(v)
-        acc.append(a)
-    # Backward pass: project onto the joint axis and pass the force to the parent.
-    tau = [None] * model.num_bodies
-    for i in reversed(range(model.num_bodies)):
-        tau[i] = subspace_dot(model, i, force[i])
-        parent = model.parents[i]
-        if parent >= 0:
-            force[parent] = force[parent] + spatial.force_act(*xs[i], force[i])
-    return jnp.stack(tau) + params.armature * qdd
+    dtype = jnp.result_type(q, qd, qdd, params.inertial)
+    E, r, mass, h, inertia = _canonical_links(model, params)
+    zero = jnp.zeros(3, dtype)
+    root = (zero, zero) + _base_acceleration(model, dtype)
+    poses, forces = _root_to_leaves(model, _motion_force_step, root, (
+        E, r, q.astype(dtype), qd.astype(dtype), qdd.astype(dtype), mass, h, inertia))
+    tau = _leaves_to_root(model, _torque_step, (zero, zero), (poses, forces))
+    return tau + params.armature * qdd
 
 
 def bias_forces(model: RobotModel, params: Params, q, qd):
@@ -103,11 +81,62 @@ def crba(model: RobotModel, params: Params, q):
     return jnp.stack([jnp.stack([zero if m is None else m for m in row]) for row in M])
 
 
+def _base_acceleration(model: RobotModel, dtype):
+    """Spatial acceleration (linear, angular) of the fixed base that stands in for gravity."""
+    return -jnp.asarray(model.gravity, dtype), jnp.zeros(3, dtype)
+
+
+def _is_chain(model: RobotModel) -> bool:
+    """True for an unbranched chain (body i's parent is i - 1) with one joint type."""
+    nb = model.num_bodies
+    return model.parents == tuple(range(-1, nb - 1)) and len(set(model.joint_types)) == 1
+
+
+def _stack(trees):
+    return jax.tree.map(lambda *x: jnp.stack(x), *trees)
+
+
+def _root_to_leaves(model: RobotModel, step, root, xs):
+    """Run `step(prismatic, parent_carry, x_i) -> (carry_i, out_i)` over the bodies, parents
+    first; the base's carry is `root`, xs are per-body inputs on a leading (nb,) axis.
+
+    A chain runs as one `lax.scan` (compile time independent of its length), a branched tree
+    as an unrolled loop. Returns the outputs stacked on a leading (nb,) axis."""
+    if _is_chain(model):
+        step = functools.partial(step, model.joint_types[0] == PRISMATIC)
+        return jax.lax.scan(step, root, xs)[1]
+    carries, outs = [], []
+    for i, parent in enumerate(model.parents):
+        carry, out = step(model.joint_types[i] == PRISMATIC,
+                          carries[parent] if parent >= 0 else root,
+                          jax.tree.map(lambda x: x[i], xs))
+        carries.append(carry)
+        outs.append(out)
+    return _stack(outs)
+
+
+def _leaves_to_root(model: RobotModel, step, zero, xs):
+    """Run `step(prismatic, from_children, x_i) -> (to_parent, out_i)` over the bodies,
+    children first; from_children is the sum of the children's to_parent (`zero` at a leaf).
+    As `_root_to_leaves`, a chain runs as one reversed `lax.scan`."""
+    if _is_chain(model):
+        step = functools.partial(step, model.joint_types[0] == PRISMATIC)
+        return jax.lax.scan(step, zero, xs, reverse=True)[1]
+    received, outs = [zero] * model.num_bodies, [None] * model.num_bodies
+    for i in reversed(range(model.num_bodies)):
+        to_parent, outs[i] = step(model.joint_types[i] == PRISMATIC, received[i],
+                                  jax.tree.map(lambda x: x[i], xs))
+        parent = model.parents[i]
+        if parent >= 0:
+            received[parent] = jax.tree.map(jnp.add, received[parent], to_parent)
+    return _stack(outs)
+
+
 def _canonical_links(model: RobotModel, params: Params):
-    """Per body, its link in canonical joint frames (`kinematics.canonical_rotations`):
-    (E (3, 3) rotation and r (3,) origin [m] of the joint frame at q = 0 in the parent's
-    canonical frame, mass [kg], first moment h (3,) [kg m], rotational inertia (3, 3) about
-    the origin [kg m^2])."""
+    """Every body's link in canonical joint frames (`kinematics.canonical_rotations`), on a
+    leading (nb,) axis: E (nb, 3, 3) rotation and r (nb, 3) origin [m] of the joint frame at
+    q = 0 in the parent's canonical frame, mass (nb,) [kg], first moment h (nb, 3) [kg m],
+    rotational inertia (nb, 3, 3) about the origin [kg m^2]."""
     rotations = kinematics.canonical_rotations(model)
     links = []
     for i, parent in enumerate(model.parents):
@@ -122,24 +151,23 @@ def _canonical_links(model: RobotModel, params: Params):
         links.append((blocks.const_matmul(C_parent.T, R0_C),
                       blocks.const_matmul(C_parent.T, placement[:3]), pi[0],
                       blocks.const_matmul(C.T, pi[1:4]), inertia))
-    return blocks.materialize(links)
+    return blocks.materialize(_stack(links))
 
 
-def _canonical_pose(model: RobotModel, link, i: int, q_i):
-    """(R, p) of body i's canonical frame in its parent's: E Rz(q_i), r for a revolute joint,
+def _canonical_pose(prismatic: bool, E, r, q_i):
+    """(R, p) of a body's canonical frame in its parent's: E Rz(q_i), r for a revolute joint,
     E, r + q_i E e_z for a prismatic one."""
-    E, r = link[0], link[1]
-    if model.joint_types[i] == PRISMATIC:
+    if prismatic:
         return E, r + E[:, 2] * q_i
     c, s = jnp.cos(q_i), jnp.sin(q_i)
     return jnp.stack([E[:, 0] * c + E[:, 1] * s, E[:, 1] * c - E[:, 0] * s, E[:, 2]], axis=1), r
 
 
-def _along_axis(model: RobotModel, i: int, x):
-    """S_i x as a (linear, angular) pair of 3-vectors: x on the z component of one of them."""
+def _along_axis(prismatic: bool, x):
+    """S x as a (linear, angular) pair of 3-vectors: x on the z component of one of them."""
     zero = jnp.zeros_like(x)
     e = jnp.stack([zero, zero, x])
-    return (e, jnp.zeros_like(e)) if model.joint_types[i] == PRISMATIC else (jnp.zeros_like(e), e)
+    return (e, jnp.zeros_like(e)) if prismatic else (jnp.zeros_like(e), e)
 
 
 def _to_child(R, p, motion):
@@ -154,118 +182,140 @@ def _to_parent(R, p, force):
     return lin, blocks.matvec(R, force[1]) + blocks.cross(p, lin)
 
 
-def _articulated_body(model: RobotModel, params: Params, q, qd, tau):
-    """ABA in canonical frames on 3-vectors and 3x3 blocks (RBDA Table 7.1).
+def _inertia_times(mass, h, inertia, motion):
+    """Spatial inertia (mass, first moment h, rotational inertia about the origin) times a
+    motion (linear, angular): the force [m v - h x w; I w + h x v]."""
+    v, w = motion
+    return mass * v - blocks.cross(h, w), blocks.matvec(inertia, w) + blocks.cross(h, v)
 
-    Returns qdd (nv,) and the factorisation `(poses, U, D)` of M(q) that `_mass_solve` reuses.
-    Articulated inertias are kept as blocks [[A, B], [B^T, C]] (force = [A v + B w;
-    B^T v + C w]); with canonical axes S_i^T picks one component, U_i = I^A_i S_i one column.
+
+def _velocity(prismatic: bool, pose, parent_velocity, qd_i):
+    """A body's velocity (v, w) from its parent's and its joint rate, and the velocity-product
+    acceleration c = v x S qd (RBDA eq. 7.31)."""
+    s_qd = _along_axis(prismatic, qd_i)
+    v, w = _to_child(*pose, parent_velocity)
+    v, w = v + s_qd[0], w + s_qd[1]
+    c = (blocks.cross(w, s_qd[0]) + blocks.cross(v, s_qd[1]), blocks.cross(w, s_qd[1]))
+    return (v, w), c
+
+
+def _bias_force(mass, h, inertia, velocity):
+    """v x* (I v), the gyroscopic force of a body moving with `velocity` (v, w)."""
+    v, w = velocity
+    momentum = _inertia_times(mass, h, inertia, velocity)
+    return (blocks.cross(w, momentum[0]),
+            blocks.cross(w, momentum[1]) + blocks.cross(v, momentum[0]))
+
+
+def _motion_force_step(prismatic, parent, x):
+    """RNEA's forward step: velocity and acceleration from the parent's, then the net force
+    I a + v x* I v of the body; carries (v, w, a_lin, a_ang), outputs (pose, force)."""
+    E, r, q_i, qd_i, qdd_i, mass, h, inertia = x
+    pose = _canonical_pose(prismatic, E, r, q_i)
+    velocity, c = _velocity(prismatic, pose, parent[:2], qd_i)
+    s_qdd = _along_axis(prismatic, qdd_i)
+    a_lin, a_ang = _to_child(*pose, parent[2:])
+    acc = (a_lin + s_qdd[0] + c[0], a_ang + s_qdd[1] + c[1])
+    force = jax.tree.map(jnp.add, _inertia_times(mass, h, inertia, acc),
+                         _bias_force(mass, h, inertia, velocity))
+    return blocks.materialize((velocity + acc, (pose, force)))
+
+
+def _torque_step(prismatic, from_children, x):
+    """RNEA's backward step: the body's force plus its children's, projected on the joint
+    axis (tau_i) and carried to the parent."""
+    pose, force = x
+    f = (force[0] + from_children[0], force[1] + from_children[1])
+    return _to_parent(*pose, f), f[0 if prismatic else 1][2]
+
+
+def _velocity_step(prismatic, parent_velocity, x):
+    """ABA pass 1: pose, velocity, velocity-product acceleration c and bias force p."""
+    E, r, q_i, qd_i, mass, h, inertia = x
+    pose = _canonical_pose(prismatic, E, r, q_i)
+    velocity, c = _velocity(prismatic, pose, parent_velocity, qd_i)
+    return blocks.materialize((velocity, (pose, c, _bias_force(mass, h, inertia, velocity))))
+
+
+def _articulated_step(prismatic, from_children, x):
+    """ABA pass 2 (RBDA Table 7.1): the articulated inertia [[A, B], [B^T, C]] (force =
+    [A v + B w; B^T v + C w]) and bias force (f, n) of a body, its own plus its children's;
+    with a canonical axis S^T picks one component and U = I^A S one column. Outputs
+    (U, D, u) and carries I^a, p^a to the parent: X^* I^a X, X^* p^a."""
+    pose, c, bias, mass, h, inertia, armature_i, tau_i = x
+    A_ch, B_ch, C_ch, f_ch, n_ch = from_children
+    A = mass * jnp.eye(3, dtype=A_ch.dtype) + A_ch
+    B, C = B_ch - blocks.skew(h), C_ch + inertia
+    f, n = bias[0] + f_ch, bias[1] + n_ch
+    if prismatic:
+        U, D, u = (A[:, 2], B[2]), A[2, 2] + armature_i, tau_i - f[2]
+    else:
+        U, D, u = (B[:, 2], C[:, 2]), C[2, 2] + armature_i, tau_i - n[2]
+    U_lin_d, U_ang_d = U[0] / D, U[1] / D
+    A = A - blocks.outer(U[0], U_lin_d)
+    B = B - blocks.outer(U[0], U_ang_d)
+    C = C - blocks.outer(U[1], U_ang_d)
+    f = f + blocks.matvec(A, c[0]) + blocks.matvec(B, c[1]) + U_lin_d * u
+    n = n + blocks.rmatvec(B, c[0]) + blocks.matvec(C, c[1]) + U_ang_d * u
+    A, B, C, f, n = blocks.materialize((A, B, C, f, n))
+    # X^* I^a X: rotate every block into the parent's axes, then shift by p.
+    R, p = pose
+    R_T = blocks.transpose(R)
+    A, B, C = blocks.materialize(
+        (blocks.matmul(A, R_T), blocks.matmul(B, R_T), blocks.matmul(C, R_T)))
+    A, B, C = blocks.materialize(
+        (blocks.matmul(R, A), blocks.matmul(R, B), blocks.matmul(R, C)))
+    P = blocks.skew(p)
+    B_shift = B - blocks.matmul(A, P)
+    C = C + blocks.matmul(P, B_shift) + blocks.transpose(blocks.matmul(P, B))
+    f, n = _to_parent(R, p, (f, n))
+    return blocks.materialize(((A, B_shift, C, f, n), (U, D, u)))
+
+
+def _acceleration_step(prismatic, parent_acc, x):
+    """ABA pass 3: qdd_i = (u - U^T a') / D with a' = X a_parent + c; carries a' + S qdd_i."""
+    pose, c, U, D, u = x
+    a_lin, a_ang = _to_child(*pose, parent_acc)
+    a_lin, a_ang = a_lin + c[0], a_ang + c[1]
+    qdd_i = (u - jnp.sum(U[0] * a_lin, 0) - jnp.sum(U[1] * a_ang, 0)) / D
+    s_qdd = _along_axis(prismatic, qdd_i)
+    return (a_lin + s_qdd[0], a_ang + s_qdd[1]), qdd_i
+
+
+def _articulated_body(model: RobotModel, params: Params, q, qd, tau):
+    """ABA in canonical frames on 3-vectors and 3x3 blocks (RBDA Table 7.1), three sweeps.
+
+    Returns qdd (nv,) and the factorisation `(poses, U, D)` of M(q) (each on a leading (nb,)
+    axis) that `_mass_solve` reuses.
     """
     dtype = jnp.result_type(q, qd, tau, params.inertial)
-    nb = model.num_bodies
-    links = _canonical_links(model, params)
-    poses = [_canonical_pose(model, links[i], i, q[i]) for i in range(nb)]
-    prismatic = [t == PRISMATIC for t in model.joint_types]
-    # Pass 1: velocities, velocity-product accelerations c_i and bias forces p_i.
-    vel, bias_acc, inertia, bias = [], [], [], []
-    for i, parent in enumerate(model.parents):
-        s_qd = _along_axis(model, i, qd[i].astype(dtype))
-        v, w = s_qd
-        if parent >= 0:
-            v_p, w_p = _to_child(*poses[i], vel[parent])
-            v, w = v_p + v, w_p + w
-        c = (blocks.cross(w, s_qd[0]) + blocks.cross(v, s_qd[1]), blocks.cross(w, s_qd[1]))
-        _, _, mass, h, rot_inertia = links[i]
-        momentum = (mass * v - blocks.cross(h, w), blocks.matvec(rot_inertia, w)
-                    + blocks.cross(h, v))
-        p = (blocks.cross(w, momentum[0]), blocks.cross(w, momentum[1])
-             + blocks.cross(v, momentum[0]))
-        v, w, c, p = blocks.materialize((v, w, c, p))
-        vel.append((v, w))
-        bias_acc.append(c)
-        inertia.append((mass * jnp.eye(3, dtype=dtype), -blocks.skew(h), rot_inertia))
-        bias.append(p)
-    # Pass 2: articulated inertias and bias forces, leaves to root.
-    U, D, u = [None] * nb, [None] * nb, [None] * nb
-    for i in reversed(range(nb)):
-        A, B, C = inertia[i]
-        f, n = bias[i]
-        if prismatic[i]:
-            U[i] = (A[:, 2], B[2])
-            D[i], u[i] = A[2, 2] + params.armature[i], tau[i] - f[2]
-        else:
-            U[i] = (B[:, 2], C[:, 2])
-            D[i], u[i] = C[2, 2] + params.armature[i], tau[i] - n[2]
-        parent = model.parents[i]
-        if parent < 0:
-            continue
-        U_lin, U_ang = U[i]
-        U_lin_d, U_ang_d = U_lin / D[i], U_ang / D[i]
-        A = A - blocks.outer(U_lin, U_lin_d)
-        B = B - blocks.outer(U_lin, U_ang_d)
-        C = C - blocks.outer(U_ang, U_ang_d)
-        c_lin, c_ang = bias_acc[i]
-        f = f + blocks.matvec(A, c_lin) + blocks.matvec(B, c_ang) + U_lin_d * u[i]
-        n = n + blocks.rmatvec(B, c_lin) + blocks.matvec(C, c_ang) + U_ang_d * u[i]
-        A, B, C, f, n = blocks.materialize((A, B, C, f, n))
-        # X_i^* I^a X_i: rotate every block into the parent's axes, then shift by p.
-        R, p = poses[i]
-        R_T = blocks.transpose(R)
-        A, B, C = blocks.materialize(
-            (blocks.matmul(A, R_T), blocks.matmul(B, R_T), blocks.matmul(C, R_T)))
-        A, B, C = blocks.materialize(
-            (blocks.matmul(R, A), blocks.matmul(R, B), blocks.matmul(R, C)))
-        P = blocks.skew(p)
-        B_shift = B - blocks.matmul(A, P)
-        C = C + blocks.matmul(P, B_shift) + blocks.transpose(blocks.matmul(P, B))
-        f, n = _to_parent(R, p, (f, n))
-        B, C, f, n = blocks.materialize((B_shift, C, f, n))
-        A_p, B_p, C_p = inertia[parent]
-        inertia[parent] = (A_p + A, B_p + B, C_p + C)
-        bias[parent] = (bias[parent][0] + f, bias[parent][1] + n)
-    # Pass 3: accelerations, root to leaves.
-    a0 = (-jnp.asarray(model.gravity, dtype), jnp.zeros(3, dtype))
-    acc, qdd = [], []
-    for i, parent in enumerate(model.parents):
-        a_lin, a_ang = _to_child(*poses[i], acc[parent] if parent >= 0 else a0)
-        a_lin, a_ang = a_lin + bias_acc[i][0], a_ang + bias_acc[i][1]
-        qdd_i = (u[i] - jnp.sum(U[i][0] * a_lin, 0) - jnp.sum(U[i][1] * a_ang, 0)) / D[i]
-        s_qdd = _along_axis(model, i, qdd_i)
-        acc.append(blocks.materialize((a_lin + s_qdd[0], a_ang + s_qdd[1])))
-        qdd.append(qdd_i)
-    return jnp.stack(qdd), (poses, U, D)
+    E, r, mass, h, inertia = _canonical_links(model, params)
+    zero, zero33 = jnp.zeros(3, dtype), jnp.zeros((3, 3), dtype)
+    poses, c, bias = _root_to_leaves(model, _velocity_step, (zero, zero), (
+        E, r, q.astype(dtype), qd.astype(dtype), mass, h, inertia))
+    U, D, u = _leaves_to_root(model, _articulated_step, (zero33,) * 3 + (zero,) * 2, (
+        poses, c, bias, mass, h, inertia, params.armature.astype(dtype), tau.astype(dtype)))
+    qdd = _root_to_leaves(model, _acceleration_step, _base_acceleration(model, dtype),
+                          (poses, c, U, D, u))
+    return qdd, (poses, U, D)
+
+
+def _solve_step(prismatic, from_children, x):
+    """`_mass_solve`'s pass 2: u = rhs_i - S^T p^A, and p^A + U u / D carried to the parent."""
+    pose, U, D, rhs_i = x
+    f, n = from_children
+    u = rhs_i - (f if prismatic else n)[2]
+    return _to_parent(*pose, (f + U[0] * (u / D), n + U[1] * (u / D))), u
 
 
 def _mass_solve(model: RobotModel, factor, rhs):
     """M(q)^-1 rhs (nv,) from the factorisation of `_articulated_body`: its passes 2 and 3
     with no velocity and no gravity. Linear in `rhs` (JAX transposes it for reverse mode)."""
     poses, U, D = factor
-    nb = model.num_bodies
-    u, bias = [None] * nb, [None] * nb
-    for i in reversed(range(nb)):
-        axis = 0 if model.joint_types[i] == PRISMATIC else 1
-        u[i] = rhs[i] if bias[i] is None else rhs[i] - bias[i][axis][2]
-        parent = model.parents[i]
-        if parent >= 0:
-            # p^a_i = p^A_i + U_i u_i / D_i, carried to the parent.
-            f = (U[i][0] * (u[i] / D[i]), U[i][1] * (u[i] / D[i]))
-            if bias[i] is not None:
-                f = (bias[i][0] + f[0], bias[i][1] + f[1])
-            f = _to_parent(*poses[i], f)
-            bias[parent] = f if bias[parent] is None else (bias[parent][0] + f[0],
-                                                          bias[parent][1] + f[1])
-    acc, out = [], []
-    for i, parent in enumerate(model.parents):
-        x_i = u[i] / D[i]
-        if parent >= 0:
-            a_lin, a_ang = _to_child(*poses[i], acc[parent])
-            x_i = x_i - (jnp.sum(U[i][0] * a_lin, 0) + jnp.sum(U[i][1] * a_ang, 0)) / D[i]
-            s_x = _along_axis(model, i, x_i)
-            acc.append((a_lin + s_x[0], a_ang + s_x[1]))
-        else:
-            acc.append(_along_axis(model, i, x_i))
-        out.append(x_i)
-    return jnp.stack(out)
+    zero = jnp.zeros(3, rhs.dtype)
+    u = _leaves_to_root(model, _solve_step, (zero, zero), (poses, U, D, rhs))
+    no_bias = (jnp.zeros_like(U[0]), jnp.zeros_like(U[1]))
+    return _root_to_leaves(model, _acceleration_step, (zero, zero), (poses, no_bias, U, D, u))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
