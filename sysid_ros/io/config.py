@@ -34,6 +34,7 @@ from xml.parsers.expat import ExpatError
 
 from sysid_ros.core.model import parameters as _parameters
 from sysid_ros.core.inference import registry
+from sysid_ros.core.likelihoods import equation_error as _equation_error
 from sysid_ros.core.likelihoods import likelihood as _likelihood
 from sysid_ros.io.errors import InputError, located, read_yaml
 
@@ -81,6 +82,7 @@ LOSSES = ('one_step', 'rollout')
 WINDOW_WORDS = ('auto', 'all')
 INITS = ('point', 'sobol')
 STARTS = _likelihood.STARTS
+RESIDUALS = _equation_error.RESIDUALS
 TORQUE_FROM_JOINT_STATES = 'joint_states.effort'
 TORQUE_SAMPLES = ('held', 'instantaneous')
 
@@ -484,6 +486,9 @@ class DataConfig:
         mrad moves a tip by 1 mm); empty: estimated from the poses like `noise_std`.
       noise_std: measurement noise standard deviation per observed dimension (one number:
         the same for all) [rad, rad/s, m]; empty: the estimator's default.
+      torque_noise_std: standard deviation of the equation error's torque residual per
+        joint (one number: the same for all) [N m, N]; empty: estimated from the data
+        (`io.estimator_data`).
       gap: a recording is cut into trajectories wherever its joint states pause longer than
         this [s] (`sysid fit --bag`).
       segments: bag time ranges to use, as pairs `[start, end, start, end, ...]` [s] after
@@ -501,6 +506,7 @@ class DataConfig:
     mocap_offsets: tuple[float, ...] = _opt((), 'float_list', unit='m, rad')
     mocap_noise_std: float | None = _opt(None, 'float', unit='m', optional=True, gt=0.0)
     noise_std: tuple[float, ...] = _opt((), 'float_list', gt=0.0)
+    torque_noise_std: tuple[float, ...] = _opt((), 'float_list', unit='N m', gt=0.0)
     gap: float = _opt(0.5, 'float', unit='s', gt=0.0)
     segments: tuple[float, ...] = _opt((), 'float_list', unit='s', ge=0.0)
     holdout: float = _opt(0.0, 'float', ge=0.0)
@@ -568,6 +574,12 @@ class EstimatorConfig:
         `product` (independent experiments with one parameter vector: log-likelihoods add)
         or `sum` (an equally weighted mixture: each may come from other parameters).
       lag: steps kept by the fixed-lag smoother of `factor_graph` [steps].
+      residual: the likelihood of lm and the Bayesian methods: `output_error` (default:
+        simulate windows and compare the joint states, `core.likelihoods.likelihood`) or
+        `equation_error` (torque residuals through inverse dynamics with accelerations from
+        a causal filter, `core.likelihoods.equation_error`; additive actuator models only).
+      filter_window: length of the equation error's causal Savitzky-Golay filter [s]
+        (rounded to an odd number of at least 5 samples; its delay is half of it).
     """
 
     method: str = _opt('lm', 'str', choices=METHODS)
@@ -584,6 +596,8 @@ class EstimatorConfig:
     rollout_horizon: int = _opt(50, 'int', unit='steps', ge=1)
     likelihood: str = _opt('product', 'str', choices=LIKELIHOODS)
     lag: int = _opt(10, 'int', unit='steps', ge=2)
+    residual: str = _opt('output_error', 'str', choices=RESIDUALS)
+    filter_window: float = _opt(0.03, 'float', unit='s', gt=0.0)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], path: str | None = None) -> 'EstimatorConfig':

@@ -31,6 +31,15 @@ Which data a method takes is its registry entry's `data` kind (`core.inference.r
     `data.mocap_noise_std` on every coordinate, or left empty one value estimated like the
     joints' from the third differences of all coordinates pooled (floored at
     MOCAP_NOISE_FLOOR). The other data kinds below leave the poses out.
+    With `estimator.residual: equation_error` the same methods take the equation-error
+    likelihood instead (`equation_error_problem`): each trajectory goes through the causal
+    filter of `estimator.filter_window` (`core.likelihoods.equation_error.filter_samples`:
+    L taps, every L-th output kept) and is cut into pieces of `estimator.window` seconds
+    (`auto`: EQUATION_PIECE_S; `all`: the shortest trajectory), the samples left at its end
+    dropped. Noise: `data.torque_noise_std` (one value or one per joint), or left empty
+    estimated per joint (`equation_error.fit_noise_std`: robust residual spread after a few
+    Gauss-Newton steps from `theta`, default the spec's starting values). The poses of
+    motion capture are not used.
   * 'segments' (`segments`): DiffNEA's rollout segments of `estimator.rollout_horizon` steps
     with the loss `estimator.loss` (one-step or rollout).
   * 'regressor' (`regressor_data`): NEA's inverse-dynamics samples (`nea_samples`).
@@ -47,6 +56,7 @@ import numpy as np
 from sysid_ros.core.dynamics import integrators, observations
 from sysid_ros.core.inference import point_estimators, registry
 from sysid_ros.core.inference.methods import Target
+from sysid_ros.core.likelihoods import equation_error
 from sysid_ros.core.likelihoods import likelihood as lik
 from sysid_ros.core.likelihoods import losses
 from sysid_ros.io import trajectory as trajectory_io
@@ -63,6 +73,7 @@ __all__ = [
     'NOISE_FLOOR',
     'MOCAP_NOISE_FLOOR',
     'NEA_EDGE_SAMPLES',
+    'EQUATION_PIECE_S',
     'ShootingProblem',
     'MethodData',
     'check_bounds',
@@ -70,6 +81,8 @@ __all__ = [
     'configured_noise_std',
     'mocap_points',
     'shooting_problem',
+    'filter_taps',
+    'equation_error_problem',
     'segments',
     'nea_samples',
     'regressor_data',
@@ -89,6 +102,8 @@ NOISE_FLOOR = 1e-3
 MOCAP_NOISE_FLOOR = 1e-6
 # Samples dropped at both ends of each trajectory for NEA (filter edge effects).
 NEA_EDGE_SAMPLES = 3
+# `estimator.window: auto` of the equation error: piece duration [s].
+EQUATION_PIECE_S = 1.0
 
 
 def _error(problem: Problem, key: str, message: str) -> ConfigError:
@@ -305,18 +320,91 @@ def shooting_problem(problem: Problem, trajs: Sequence[Trajectory], theta=None
 
 
 class ShootingProblem(NamedTuple):
-    """The measured data in the form the shooting likelihood takes.
+    """The measured data in the form a likelihood of the 'shooting' methods takes.
 
     Attributes:
-      likelihood: simulator, windows, observation model ([q; qd], then the motion-capture
-        points of `Problem.mocap`) and combine form.
-      data: K pieces of T steps (`core.likelihood.TrajectoryData`).
+      likelihood: the output-error setting (simulator, windows, observation model ([q; qd],
+        then the motion-capture points of `Problem.mocap`) and combine form) or the
+        equation-error one.
+      data: K pieces (`likelihood.TrajectoryData` of T steps or
+        `equation_error.TorqueData`).
       info: plain description of the layout and the noise (goes into `FitResult.info`).
     """
 
     likelihood: lik.ShootingLikelihood
     data: lik.TrajectoryData
     info: dict
+
+
+def filter_taps(problem: Problem) -> int:
+    """L: `estimator.filter_window` in samples of `data.rate`, rounded to an odd number of
+    at least `equation_error.MIN_TAPS`."""
+    cfg = problem.config
+    taps = int(round(cfg.estimator.filter_window * cfg.data.rate))
+    return max(equation_error.MIN_TAPS, taps + 1 - taps % 2)
+
+
+_fit_noise_std = jax.jit(equation_error.fit_noise_std, static_argnums=(0, 1))
+
+
+def equation_error_problem(problem: Problem, trajs: Sequence[Trajectory], theta=None
+                           ) -> ShootingProblem:
+    """Filter, thin and cut prepared trajectories into the equation error's pieces and
+    build its likelihood (module doc); `theta` (M,): where the noise fit starts.
+
+    Raises:
+      ConfigError: an actuator model that is not additive, a `data.torque_noise_std` of
+        the wrong length, trajectories shorter than the filter or than one piece.
+      DataError: no trajectory, NaN or inf in the data.
+    """
+    if not trajs:
+        raise DataError('no trajectories given')
+    cfg = problem.config
+    nv = problem.model.nv
+    try:
+        setting = equation_error.make_equation_error_likelihood(
+            problem.model, cfg.model.actuator, cfg.estimator.likelihood)
+    except ValueError as exc:
+        raise _error(problem, 'model.actuator', f'{exc} (estimator.residual: '
+                     'equation_error)') from exc
+    taps = filter_taps(problem)
+    shortest = min(t.num_samples for t in trajs)
+    if shortest < 2 * taps:
+        raise _error(problem, 'estimator.filter_window', f'expected at most '
+                     f'{shortest // 2} samples ({shortest // 2 / cfg.data.rate:g} s) for the '
+                     f'shortest trajectory ({shortest} samples), got {taps}')
+    kept = [equation_error.filter_samples(t.q, t.qd, t.tau, problem.dt, taps) for t in trajs]
+    fewest = min(k['tau'].shape[0] for k in kept)
+    window = cfg.estimator.window
+    seconds = {'auto': EQUATION_PIECE_S, 'all': np.inf}.get(window, window)
+    piece = int(np.clip(round(seconds * cfg.data.rate / taps), 1, fewest))
+    arrays = {name: np.stack([k[name][i * piece:(i + 1) * piece] for k in kept
+                              for i in range(k['tau'].shape[0] // piece)])
+              for name in ('q', 'qd', 'qdd', 'tau')}
+    given = cfg.data.torque_noise_std
+    if given and len(given) not in (1, nv):
+        raise _error(problem, 'data.torque_noise_std', f'expected 1 value or {nv} (one per '
+                     f'joint: {", ".join(problem.model.joint_names)}), got {len(given)}')
+    try:
+        data = equation_error.make_torque_data(setting, **arrays,
+                                               noise_std=given if given else 1.0)
+    except ValueError as exc:
+        raise DataError(str(exc)) from exc
+    source = 'config'
+    if not given:
+        spec = problem.spec
+        theta = spec.initial_theta(problem.base_params) if theta is None else theta
+        noise, _ = _fit_noise_std(setting, spec, problem.base_params, jnp.asarray(theta),
+                                  data)
+        floor = NOISE_FLOOR * jnp.std(data.tau.reshape(-1, nv), axis=0)
+        data, source = data._replace(noise_std=jnp.maximum(noise, floor)), 'estimated'
+    k, n = data.num_trajectories, data.num_steps
+    info = {'residual': 'equation_error', 'num_pieces': k, 'piece_samples': n,
+            'piece_s': n * taps * problem.dt, 'filter_taps': taps,
+            'filter_delay_s': (taps - 1) / 2 * problem.dt,
+            'noise_std': [float(v) for v in data.noise_std], 'noise_std_source': source,
+            'likelihood': cfg.estimator.likelihood}
+    return ShootingProblem(likelihood=setting, data=data, info=info)
 
 
 def nea_samples(traj: Trajectory) -> dict[str, np.ndarray]:
@@ -394,8 +482,15 @@ def method_data(problem: Problem, trajs: Sequence[Trajectory], kind: str,
     cfg = problem.config
     target = Target(model=problem.model, base_params=problem.base_params, spec=problem.spec,
                     actuator=cfg.model.actuator)
+    if cfg.estimator.residual == 'equation_error' and kind != 'shooting':
+        raise _error(problem, 'estimator.residual', f'equation_error is a likelihood of lm '
+                     f'and the Bayesian methods ({", ".join(registry.BAYESIAN_METHODS)}); '
+                     f'{cfg.estimator.method} takes {kind} data: set output_error (nea '
+                     'regresses torques already, diffnea has estimator.loss)')
     if kind == 'shooting':
-        sp = shooting_problem(problem, trajs, theta)
+        build = (equation_error_problem if cfg.estimator.residual == 'equation_error'
+                 else shooting_problem)
+        sp = build(problem, trajs, theta)
         return MethodData(target._replace(likelihood=sp.likelihood), sp.data, sp.info)
     if kind == 'segments':
         loss_fn = losses.make_loss_fn(problem.model, cfg.estimator.loss, problem.dt,

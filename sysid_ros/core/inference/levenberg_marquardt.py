@@ -163,7 +163,7 @@ def linearize(block_residual_fn: Callable, theta, starts, data, prior=None) -> L
 
 def _floored(diag):
     """Marquardt's scaling diag(H), floored at DIAG_FLOOR of its largest entry (last axis)."""
-    top = jnp.maximum(jnp.max(diag, axis=-1, keepdims=True), 1.0)
+    top = jnp.max(diag, axis=-1, keepdims=True, initial=1.0)       # 1 for no entries
     return jnp.maximum(diag, DIAG_FLOOR * top)
 
 

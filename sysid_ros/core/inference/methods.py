@@ -9,6 +9,10 @@ A factory per method, all with the signature `make_<method>(target, options) -> 
     `TrajectoryData`; their loss is the mean squared noise-normalised residual of each
     particle (`likelihood.residual_loss`). For the baselines the defects of multiple shooting
     are a Gaussian likelihood term of std `DEFECT_STD` (normalised units, seed §2.3).
+  * the same methods and lm take the equation-error likelihood (`likelihoods.equation_error`,
+    `Target.likelihood` an `EquationErrorLikelihood`, data a `TorqueData`) unchanged: it
+    has no shooting states, no start states and no defects, and the generic functions of
+    `likelihoods.likelihood` that these methods call dispatch to it.
   * DiffNEA (`make_diffnea`): Adam with a cosine-decaying step size over the spec's virtual
     parameters on a rollout or one-step loss (`likelihoods.losses`); data: `Segments`.
   * Levenberg-Marquardt (`make_lm`, `inference.levenberg_marquardt`): box-bounded
@@ -95,7 +99,8 @@ class Target(NamedTuple):
       model: static tree.
       base_params: nominal Params: every value not in the spec.
       spec: the free parameters (M) and their bounds.
-      likelihood: the shooting likelihood (output-error methods), else None.
+      likelihood: the shooting likelihood (output-error methods) or the equation-error
+        one (`likelihoods.equation_error`), else None.
       loss_fn: DiffNEA's `loss_fn(params, Segments) -> ()`, else None.
       actuator: actuator model name (NEA's additive friction).
     """
@@ -543,7 +548,7 @@ def make_lm(target: Target, options: Options) -> Estimator:
         lin = state.lin
         finite = jnp.isfinite(lin.cost)
         return new, StepInfo(
-            loss=jnp.where(finite, lin.sum_squares / data.observations.size, jnp.inf),
+            loss=jnp.where(finite, lin.sum_squares / lin.num_residuals, jnp.inf),
             grad_norm=jnp.linalg.norm(lin.g_theta, axis=-1),
             num_nonfinite=jnp.sum(~finite), max_defect=jnp.zeros_like(lin.cost),
             converged=jnp.all(new.converged),

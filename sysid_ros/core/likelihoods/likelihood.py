@@ -57,11 +57,19 @@ mean elsewhere. With motion capture, which observes the state through forward ki
 (beside the observed dimensions, if any), they are taken from the measured states passed to
 `make_trajectory_data` (kept in `TrajectoryData.states`: joint encoders, with the angles of
 unactuated joints reconstructed from the tracked frames).
+
+The estimators read every likelihood through this module: `select_trajectories` (by the type
+of its data), `initial_shooting_states`, `log_likelihood`, `window_residuals`,
+`fit_window_starts`, `residual_noise_std` and `residual_normaliser` (by the type of the
+setting) are generic functions (`functools.singledispatch`), and the equation-error
+likelihood (`equation_error`) registers its own for its setting and data, so every method
+runs on either.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple, Sequence
 
 import jax
@@ -88,6 +96,7 @@ __all__ = [
     'predicted_trajectories',
     'observe',
     'log_likelihood',
+    'combine_trajectories',
     'window_residuals',
     'fit_window_starts',
     'residual_noise_std',
@@ -403,6 +412,7 @@ def make_trajectory_data(likelihood: ShootingLikelihood, states, controls, noise
                           states=jnp.asarray(states))
 
 
+@functools.singledispatch
 def select_trajectories(data: TrajectoryData, index) -> TrajectoryData:
     """The trajectories `index` (B,) of `data` (a mini-batch); the noise and the state
     normalisation stay those of the whole set."""
@@ -411,6 +421,7 @@ def select_trajectories(data: TrajectoryData, index) -> TrajectoryData:
                          states=None if data.states is None else data.states[index])
 
 
+@functools.singledispatch
 def initial_shooting_states(likelihood: ShootingLikelihood, data: TrajectoryData) -> jax.Array:
     """(K, W - 1, S) shooting states at the measured data.
 
@@ -483,6 +494,7 @@ def observe(likelihood: ShootingLikelihood, params: Params, states: jax.Array) -
     return jnp.concatenate([observed.astype(points.dtype), points], axis=-1)
 
 
+@functools.singledispatch
 def log_likelihood(likelihood: ShootingLikelihood, params: Params, shooting: jax.Array,
                    data: TrajectoryData) -> LikelihoodTerms:
     """Multiple-shooting log-likelihood of the trajectory set for one parameter vector.
@@ -507,14 +519,20 @@ def log_likelihood(likelihood: ShootingLikelihood, params: Params, shooting: jax
     residual = (predicted - data.observations) / data.noise_std
     log_norm = _trajectory_log_normaliser(data)
     per_trajectory = -0.5 * jnp.sum(jnp.square(residual), axis=(1, 2)) - log_norm
-    if likelihood.combine == 'product':
-        log_lik = likelihood.batch_scale * jnp.sum(per_trajectory)
-    else:
-        log_lik = jax.nn.logsumexp(per_trajectory) - jnp.log(per_trajectory.shape[0])
+    log_lik = combine_trajectories(likelihood, per_trajectory)
     defects = (windows[:, :-1, -1] - shooting) / data.state_scale
     return LikelihoodTerms(log_lik=log_lik, per_trajectory=per_trajectory, defects=defects)
 
 
+def combine_trajectories(likelihood, per_trajectory: jax.Array) -> jax.Array:
+    """() log-likelihood of the set from its trajectories' (K,) by `likelihood.combine`:
+    'product' batch_scale sum_k, 'sum' log(1/K sum_k exp) (module doc)."""
+    if likelihood.combine == 'product':
+        return likelihood.batch_scale * jnp.sum(per_trajectory)
+    return jax.nn.logsumexp(per_trajectory) - jnp.log(per_trajectory.shape[0])
+
+
+@functools.singledispatch
 def window_residuals(likelihood: ShootingLikelihood, params: Params, starts: jax.Array,
                      data: TrajectoryData) -> jax.Array:
     """(K, (T + 1) O) noise-normalised residuals (y_sim - y) / sigma of single-shooting
@@ -529,6 +547,7 @@ def window_residuals(likelihood: ShootingLikelihood, params: Params, starts: jax
     return ((predicted - data.observations) / data.noise_std).reshape(k, -1)
 
 
+@functools.singledispatch
 def fit_window_starts(likelihood: ShootingLikelihood, params: Params, data: TrajectoryData,
                       iterations: int = 5) -> jax.Array:
     """(K, S) start states of single-shooting windows fitted to their whole windows at
@@ -559,6 +578,7 @@ def fit_window_starts(likelihood: ShootingLikelihood, params: Params, data: Traj
     return jax.vmap(refine)(data.x0, data.controls, data.observations)
 
 
+@functools.singledispatch
 def residual_noise_std(likelihood: ShootingLikelihood, params: Params, data: TrajectoryData,
                        num_free: int) -> jax.Array:
     """(O,) noise std per observed dimension from the residuals of single-shooting windows
@@ -586,6 +606,7 @@ def _trajectory_log_normaliser(data: TrajectoryData) -> jax.Array:
     return num_samples * jnp.sum(jnp.log(jnp.sqrt(2.0 * jnp.pi) * data.noise_std))
 
 
+@functools.singledispatch
 def residual_normaliser(likelihood: ShootingLikelihood, data: TrajectoryData
                         ) -> tuple[jax.Array, int]:
     """(c, n) with `residual_loss` = -2 (log_lik / batch_scale + c) / n: c the log normaliser

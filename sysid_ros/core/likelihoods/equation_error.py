@@ -1,0 +1,367 @@
+"""Equation-error likelihood: joint-torque residuals through inverse dynamics (issue 14).
+
+Model. With an additive actuator model (`point_estimators.ADDITIVE_ACTUATORS`) the command
+that moves the joints along (q, qd, qdd) is
+
+    u = RNEA(q, qd, qdd; params) + f(q, qd; params),   f = -actuator(q, qd, u = 0)
+
+(RNEA with the armature, f the friction and offset torques). The residual r = tau - u of
+the measured command is Gaussian, independent over the kept samples, with a standard
+deviation sigma_j per joint; for one piece k of N samples
+
+    log p_k = -1/2 sum_{n, j} (r_knj / sigma_j)^2 - N sum_j log(sqrt(2 pi) sigma_j),
+
+combined over the K pieces as the shooting likelihood combines its trajectories ('product'
+or 'sum', `likelihood.combine_trajectories`). Nothing is simulated: a step costs one RNEA
+per kept sample, u is linear in the inertial parameters and friction coefficients, and no
+parameter makes a prediction diverge.
+
+Causal filter (`filter_samples`). Accelerations are not measured. q, qd and tau go through
+one causal FIR of L = 2 D + 1 taps: the Savitzky-Golay (1964) least-squares quadratic
+through the last L samples, read at their middle sample: its value smooths q, qd and tau,
+its slope through the measured velocities gives qdd (one differentiation of qd; twice
+differentiating q would multiply the noise by another factor of order 1 / (L dt)). The
+output at t_k uses samples up to t_k only, so it runs live, and estimates every signal at
+t_{k - D}: a linear-phase filter, delay exactly D dt for all of them, so q, qd, qdd and tau
+stay aligned. tau[k] is held from t_k to t_{k+1} (the `Trajectory` convention), so the
+torque at the instant t_k, the mean of the commands either side (tau[k-1] + tau[k]) / 2
+(as NEA takes it, `io.estimator_data.nea_samples`), is what is filtered. The first L - 1
+samples of a trajectory only fill the filter.
+
+Independence: the filter correlates noise over L samples, so every L-th output is kept:
+the kept samples' supports do not overlap and white measurement noise leaves independent
+residuals (and a step costs T / L RNEA calls for T samples).
+
+Noise (`robust_noise_std`): configured, or 1.4826 times the median absolute deviation of
+each joint's residuals at a fit (`fit_noise_std`: a few Gauss-Newton steps from the start),
+times sqrt(n / (n - M / nv)) for the M fitted parameters over n samples per joint.
+
+The estimators see this likelihood through the generic functions of `likelihood`, which
+are registered here: a piece has no shooting states and no start state (both of size 0)
+and no defects, so csvgd, svgd, sgld, nuts, emcee, cem and lm run on it unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sysid_ros.core.dynamics import actuators, rigid_body
+from sysid_ros.core.inference.point_estimators import ADDITIVE_ACTUATORS
+from sysid_ros.core.likelihoods import likelihood as lik
+from sysid_ros.core.model.parameters import ParameterSpec
+from sysid_ros.core.model.types import Params, RobotModel
+
+__all__ = [
+    'RESIDUALS',
+    'MIN_TAPS',
+    'NOISE_FIT_ITERATIONS',
+    'EquationErrorLikelihood',
+    'TorqueData',
+    'make_equation_error_likelihood',
+    'savitzky_golay_kernels',
+    'filter_samples',
+    'make_torque_data',
+    'torque_residuals',
+    'robust_noise_std',
+    'fit_noise_std',
+]
+
+# The two likelihood families (`estimator.residual`).
+RESIDUALS = ('output_error', 'equation_error')
+# Fewest filter taps: a quadratic through 5 samples.
+MIN_TAPS = 5
+# Gauss-Newton steps of the fit whose residuals give the noise std (`fit_noise_std`).
+NOISE_FIT_ITERATIONS = 3
+# Median absolute deviation -> standard deviation of a Gaussian.
+MAD_TO_STD = 1.4826
+
+
+@dataclasses.dataclass(frozen=True)
+class EquationErrorLikelihood:
+    """Settings of the equation-error likelihood (static, hashable).
+
+    Attributes:
+      model: static tree.
+      actuator: additive actuator model (name or callable), see `actuators.get_actuator`.
+      combine: 'sum' (mixture over pieces) or 'product' (independent pieces).
+      batch_scale: K / B when a step sees a mini-batch of B of the K pieces, as in
+        `likelihood.ShootingLikelihood`.
+    """
+
+    model: RobotModel
+    actuator: object = 'viscous'
+    combine: str = 'product'
+    batch_scale: float = 1.0
+
+    @property
+    def num_windows(self) -> int:
+        """One block per piece (no shooting windows)."""
+        return 1
+
+    def shooting_shape(self, data: TorqueData) -> tuple[int, int, int]:
+        """(K, 0, 0): no shooting states."""
+        return (data.num_trajectories, 0, 0)
+
+    def num_constraints(self, data: TorqueData) -> int:
+        """No defects."""
+        return 0
+
+    def window_length(self, num_steps: int) -> int:
+        """The piece is the one block: its N samples."""
+        return num_steps
+
+    def observation_scale(self, data: TorqueData) -> jax.Array:
+        """(nv,) spread of each joint's filtered torque, floored at its noise std."""
+        return jnp.maximum(jnp.std(data.tau.reshape(-1, self.model.nv), axis=0),
+                           data.noise_std)
+
+    def check_data(self, data: TorqueData) -> None:
+        """Raise ValueError (before any compilation) if `data` does not fit the model."""
+        nv = self.model.nv
+        for name in ('q', 'qd', 'qdd', 'tau'):
+            shape = getattr(data, name).shape
+            if len(shape) != 3 or shape[2] != nv or shape != data.tau.shape:
+                raise ValueError(f'equation error: {name}: expected (K, N, {nv}) like tau '
+                                 f'{tuple(data.tau.shape)}, got {tuple(shape)}')
+        if data.noise_std.shape != (nv,):
+            raise ValueError(f'equation error: noise_std: expected shape {(nv,)}, got '
+                             f'{tuple(data.noise_std.shape)}')
+
+
+class TorqueData(NamedTuple):
+    """K pieces of N filtered, kept samples (build with `make_torque_data`).
+
+    Attributes:
+      q, qd, qdd: (K, N, nv) joint positions [rad, m], velocities, accelerations.
+      tau: (K, N, nv) measured commands at the same instants [N m, N].
+      noise_std: (nv,) residual noise std per joint [N m, N].
+      x0: (K, 0) start states of the pieces: none (lm fits a start per block).
+    """
+
+    q: jax.Array
+    qd: jax.Array
+    qdd: jax.Array
+    tau: jax.Array
+    noise_std: jax.Array
+    x0: jax.Array
+
+    @property
+    def num_trajectories(self) -> int:
+        return int(self.tau.shape[0])
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.tau.shape[1])
+
+    @property
+    def state_mean(self) -> jax.Array:
+        """(0,): the shooting states' normalisation, empty."""
+        return jnp.zeros((0,), self.tau.dtype)
+
+    @property
+    def state_scale(self) -> jax.Array:
+        """(0,): the shooting states' normalisation, empty."""
+        return jnp.ones((0,), self.tau.dtype)
+
+
+def make_equation_error_likelihood(model: RobotModel, actuator='viscous',
+                                   combine: str = 'product') -> EquationErrorLikelihood:
+    """Build and validate an `EquationErrorLikelihood`.
+
+    Raises:
+      ValueError: an actuator model that is not additive, an unknown combine form.
+    """
+    if not callable(actuator) and actuator not in ADDITIVE_ACTUATORS:
+        raise ValueError(f'equation error: actuator {actuator!r} is not additive; expected '
+                         f'one of {sorted(ADDITIVE_ACTUATORS)}')
+    actuators.get_actuator(actuator)
+    if combine not in lik.COMBINE:
+        raise ValueError(f'equation error: combine: expected one of {" | ".join(lik.COMBINE)},'
+                         f' got {combine!r}')
+    return EquationErrorLikelihood(model=model, actuator=actuator, combine=combine)
+
+
+def savitzky_golay_kernels(num_taps: int, dt: float) -> np.ndarray:
+    """(2, L) causal FIR weights, oldest sample first: the value (row 0, [-]) and the slope
+    (row 1, [1/s]) at the middle sample of the least-squares quadratic through L samples
+    of period dt [s] (module doc).
+
+    Raises:
+      ValueError: L even or below MIN_TAPS, dt <= 0.
+    """
+    if num_taps < MIN_TAPS or num_taps % 2 == 0:
+        raise ValueError(f'equation error: filter taps: expected an odd number >= {MIN_TAPS},'
+                         f' got {num_taps}')
+    if not dt > 0.0:
+        raise ValueError(f'equation error: dt: expected > 0, got {dt!r}')
+    offsets = (np.arange(num_taps) - num_taps // 2) * dt                  # [s]
+    vandermonde = np.stack([np.ones(num_taps), offsets, offsets ** 2], axis=1)
+    return np.linalg.pinv(vandermonde)[:2]
+
+
+def _fir(signal: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """(T - L + 1, D): output k of the causal FIR `weights` (L,) over samples k .. k + L - 1
+    of `signal` (T, D), oldest first."""
+    windows = np.lib.stride_tricks.sliding_window_view(signal, weights.size, axis=0)
+    return windows @ weights
+
+
+def filter_samples(q, qd, tau, dt: float, num_taps: int) -> dict[str, np.ndarray]:
+    """Filtered, aligned and thinned samples of one trajectory (module doc).
+
+    Args:
+      q, qd: (T, nv) measured joint positions and velocities.
+      tau: (T, nv) commands, tau[k] held from t_k to t_{k+1}.
+      dt: sample period [s].
+      num_taps: L, odd filter length.
+
+    Returns:
+      {q, qd, qdd, tau}: (floor((T - L) / L) + 1, nv) each, every L-th filter output, all
+      estimates at the instant D = (L - 1) / 2 samples before the newest sample they use.
+
+    Raises:
+      ValueError: as `savitzky_golay_kernels`, or fewer than L samples.
+    """
+    smooth, slope = savitzky_golay_kernels(num_taps, dt)
+    q, qd, tau = (np.asarray(a, dtype=float) for a in (q, qd, tau))
+    if q.shape[0] < num_taps:
+        raise ValueError(f'equation error: {q.shape[0]} samples, fewer than the filter\'s '
+                         f'{num_taps} taps')
+    at_instants = np.concatenate([tau[:1], 0.5 * (tau[1:] + tau[:-1])])
+    out = {'q': _fir(q, smooth), 'qd': _fir(qd, smooth), 'qdd': _fir(qd, slope),
+           'tau': _fir(at_instants, smooth)}
+    return {name: value[::num_taps] for name, value in out.items()}
+
+
+def make_torque_data(setting: EquationErrorLikelihood, q, qd, qdd, tau, noise_std
+                     ) -> TorqueData:
+    """TorqueData of K pieces (K, N, nv) each and the noise std (scalar or (nv,)).
+
+    Raises:
+      ValueError: shapes that do not fit the model, NaN/inf, noise_std <= 0.
+    """
+    arrays = [np.asarray(a, dtype=float) for a in (q, qd, qdd, tau)]
+    nv = setting.model.nv
+    try:
+        noise = np.broadcast_to(np.asarray(noise_std, dtype=float), (nv,)).copy()
+    except ValueError:
+        raise ValueError(f'equation error: noise_std: expected a number or {nv} numbers, got '
+                         f'shape {np.shape(noise_std)}') from None
+    if not np.all(np.isfinite(noise) & (noise > 0.0)):
+        raise ValueError(f'equation error: noise_std: expected > 0 per joint, got {noise}')
+    for name, array in zip(('q', 'qd', 'qdd', 'tau'), arrays):
+        if not np.all(np.isfinite(array)):
+            raise ValueError(f'equation error: {name} holds NaN or inf')
+    data = TorqueData(*(jnp.asarray(a) for a in arrays), noise_std=jnp.asarray(noise),
+                      x0=jnp.zeros((arrays[3].shape[0], 0)))
+    setting.check_data(data)
+    return data
+
+
+def torque_residuals(setting: EquationErrorLikelihood, params: Params, data: TorqueData
+                     ) -> jax.Array:
+    """(K, N, nv) residuals tau - RNEA(q, qd, qdd) - f(q, qd) [N m, N] (module doc)."""
+    actuator_fn = actuators.get_actuator(setting.actuator)
+    model = setting.model
+
+    def command(q, qd, qdd):
+        friction = -actuator_fn(model, params, q, qd, jnp.zeros_like(q))
+        return rigid_body.rnea(model, params, q, qd, qdd) + friction
+
+    nv = model.nv
+    flat = [a.reshape(-1, nv) for a in (data.q, data.qd, data.qdd)]
+    return data.tau - jax.vmap(command)(*flat).reshape(data.tau.shape)
+
+
+def robust_noise_std(residuals: jax.Array, num_free: int) -> jax.Array:
+    """(nv,) per-joint noise std of residuals (K, N, nv): 1.4826 x MAD, times
+    sqrt(n / (n - num_free / nv)) for n = K N samples per joint."""
+    nv = residuals.shape[-1]
+    r = residuals.reshape(-1, nv)
+    mad = jnp.median(jnp.abs(r - jnp.median(r, axis=0)), axis=0)
+    n = r.shape[0]
+    return MAD_TO_STD * mad * jnp.sqrt(n / max(n - num_free / nv, 1.0))
+
+
+def fit_noise_std(setting: EquationErrorLikelihood, spec: ParameterSpec, base_params: Params,
+                  theta0, data: TorqueData,
+                  iterations: int = NOISE_FIT_ITERATIONS) -> tuple[jax.Array, jax.Array]:
+    """(noise std (nv,), fitted theta (M,)): `robust_noise_std` of the residuals after
+    `iterations` Gauss-Newton steps on the raw torque residuals from theta0 (M,), each a
+    least-squares step in bounds-scaled units clipped into the spec's bounds (jit-able with
+    `setting` and `spec` static)."""
+    theta0 = jnp.asarray(theta0)
+    lower, upper = spec.lower.astype(theta0.dtype), spec.upper.astype(theta0.dtype)
+    width = jnp.where(jnp.isfinite(upper - lower), upper - lower,
+                      jnp.maximum(jnp.abs(theta0), 1.0))
+
+    def residual(theta):
+        return torque_residuals(setting, spec.to_params(theta, base_params), data).reshape(-1)
+
+    def step(theta, _):
+        jac = jax.jacfwd(residual)(theta) * width
+        dz = jnp.linalg.lstsq(jac, -residual(theta))[0]
+        return jnp.clip(theta + width * dz, lower, upper), None
+
+    theta = jax.lax.scan(step, theta0, None, length=iterations)[0]
+    noise = robust_noise_std(torque_residuals(setting, spec.to_params(theta, base_params),
+                                              data), theta.size)
+    return noise, theta
+
+
+# ------------------------------------------------------------------------------------------
+# The likelihood module's generic functions for this setting and its data
+# ------------------------------------------------------------------------------------------
+
+def _log_normaliser(data: TorqueData) -> jax.Array:
+    """() N sum_j log(sqrt(2 pi) sigma_j) of one piece."""
+    return data.num_steps * jnp.sum(jnp.log(jnp.sqrt(2.0 * jnp.pi) * data.noise_std))
+
+
+@lik.select_trajectories.register(TorqueData)
+def _select(data: TorqueData, index) -> TorqueData:
+    return data._replace(q=data.q[index], qd=data.qd[index], qdd=data.qdd[index],
+                         tau=data.tau[index], x0=data.x0[index])
+
+
+@lik.initial_shooting_states.register(EquationErrorLikelihood)
+def _initial_shooting_states(likelihood, data) -> jax.Array:
+    return jnp.zeros(likelihood.shooting_shape(data), data.tau.dtype)
+
+
+@lik.log_likelihood.register(EquationErrorLikelihood)
+def _log_likelihood(likelihood, params, shooting, data) -> lik.LikelihoodTerms:
+    r = torque_residuals(likelihood, params, data) / data.noise_std
+    per_piece = -0.5 * jnp.sum(jnp.square(r), axis=(1, 2)) - _log_normaliser(data)
+    return lik.LikelihoodTerms(log_lik=lik.combine_trajectories(likelihood, per_piece),
+                               per_trajectory=per_piece,
+                               defects=jnp.zeros(likelihood.shooting_shape(data), r.dtype))
+
+
+@lik.window_residuals.register(EquationErrorLikelihood)
+def _window_residuals(likelihood, params, starts, data) -> jax.Array:
+    r = torque_residuals(likelihood, params, data) / data.noise_std
+    return r.reshape(data.num_trajectories, -1)
+
+
+@lik.fit_window_starts.register(EquationErrorLikelihood)
+def _fit_window_starts(likelihood, params, data, iterations=0) -> jax.Array:
+    return data.x0
+
+
+@lik.residual_noise_std.register(EquationErrorLikelihood)
+def _residual_noise_std(likelihood, params, data, num_free) -> jax.Array:
+    return robust_noise_std(torque_residuals(likelihood, params, data), num_free)
+
+
+@lik.residual_normaliser.register(EquationErrorLikelihood)
+def _residual_normaliser(likelihood, data) -> tuple[jax.Array, int]:
+    k, n, nv = data.tau.shape
+    if likelihood.combine == 'product':
+        return k * _log_normaliser(data), k * n * nv
+    return _log_normaliser(data), n * nv
