@@ -597,7 +597,7 @@ class EstimatorConfig:
     likelihood: str = _opt('product', 'str', choices=LIKELIHOODS)
     lag: int = _opt(10, 'int', unit='steps', ge=2)
     residual: str = _opt('output_error', 'str', choices=RESIDUALS)
-    filter_window: float = _opt(0.03, 'float', unit='s', gt=0.0)
+    filter_window: float = _opt(0.05, 'float', unit='s', gt=0.0)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], path: str | None = None) -> 'EstimatorConfig':

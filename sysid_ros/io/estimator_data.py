@@ -357,10 +357,14 @@ def equation_error_problem(problem: Problem, trajs: Sequence[Trajectory], theta=
         the wrong length, trajectories shorter than the filter or than one piece.
       DataError: no trajectory, NaN or inf in the data.
     """
-    if not trajs:
-        raise DataError('no trajectories given')
     cfg = problem.config
     nv = problem.model.nv
+    given = cfg.data.torque_noise_std
+    if given and len(given) not in (1, nv):
+        raise _error(problem, 'data.torque_noise_std', f'expected 1 value or {nv} (one per '
+                     f'joint: {", ".join(problem.model.joint_names)}), got {len(given)}')
+    if not trajs:
+        raise DataError('no trajectories given')
     try:
         setting = equation_error.make_equation_error_likelihood(
             problem.model, cfg.model.actuator, cfg.estimator.likelihood)
@@ -381,10 +385,6 @@ def equation_error_problem(problem: Problem, trajs: Sequence[Trajectory], theta=
     arrays = {name: np.stack([k[name][i * piece:(i + 1) * piece] for k in kept
                               for i in range(k['tau'].shape[0] // piece)])
               for name in ('q', 'qd', 'qdd', 'tau')}
-    given = cfg.data.torque_noise_std
-    if given and len(given) not in (1, nv):
-        raise _error(problem, 'data.torque_noise_std', f'expected 1 value or {nv} (one per '
-                     f'joint: {", ".join(problem.model.joint_names)}), got {len(given)}')
     try:
         data = equation_error.make_torque_data(setting, **arrays,
                                                noise_std=given if given else 1.0)
