@@ -380,8 +380,11 @@ def equation_error_problem(problem: Problem, trajs: Sequence[Trajectory], theta=
     kept = [equation_error.filter_samples(t.q, t.qd, t.tau, problem.dt, taps) for t in trajs]
     fewest = min(k['tau'].shape[0] for k in kept)
     window = cfg.estimator.window
-    seconds = {'auto': EQUATION_PIECE_S, 'all': np.inf}.get(window, window)
-    piece = int(np.clip(round(seconds * cfg.data.rate / taps), 1, fewest))
+    if window == 'all':
+        piece = fewest
+    else:
+        seconds = EQUATION_PIECE_S if window == 'auto' else window
+        piece = int(np.clip(round(seconds * cfg.data.rate / taps), 1, fewest))
     arrays = {name: np.stack([k[name][i * piece:(i + 1) * piece] for k in kept
                               for i in range(k['tau'].shape[0] // piece)])
               for name in ('q', 'qd', 'qdd', 'tau')}

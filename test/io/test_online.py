@@ -229,3 +229,19 @@ def test_the_prior_carries_the_posterior_through_an_uninformative_window(problem
     assert np.all(np.abs(with_prior.mean - prior.mean) < 2.0 * prior_std)
     assert np.all(with_prior.std < 2.0 * prior_std)
     assert np.all(with_prior.std < without_prior.std)
+
+
+def test_equation_error_windows_follow_the_payload(phases):
+    # The same windows through the equation-error likelihood (`estimator.residual`): torque
+    # residuals of the causally filtered window, its noise estimated per window.
+    problem = _problem(jitter=0.02, iterations_per_window=20)
+    cfg = problem.config
+    problem = pipeline.build_problem(dataclasses.replace(cfg, estimator=dataclasses.replace(
+        cfg.estimator, residual='equation_error')))
+    session = online.OnlineSession(problem)
+    k = problem.names.index('link2.mass')
+    results = [session.update(w) for w in phases[0] + phases[1]]
+    light, heavy = phases[2]
+    assert not any(r.diverged for r in results)
+    for r, truth in ((results[WINDOWS - 1], light), (results[-1], heavy)):
+        assert abs(r.mean[k] - truth) < 0.1, (r.mean[k], r.std[k], truth)
