@@ -75,6 +75,7 @@ def rpy_matrix(rpy):
                       jnp.stack([-sp, cp * sr, cp * cr])])
 
 
+@jax.custom_jvp
 def materialize(tree):
     """Ask XLA to compute `tree` once and keep it (an optimisation barrier).
 
@@ -82,3 +83,12 @@ def materialize(tree):
     that recomputes each entry many times over (measured: 54,110 HLO lines for a scalarised
     Panda ABA). A barrier at the end of each stage keeps the kernels small."""
     return jax.lax.optimization_barrier(tree)
+
+
+@materialize.defjvp
+def _materialize_jvp(primals, tangents):
+    # The tangents pass through unchanged: JAX cannot transpose a barrier whose inputs mix
+    # linear and constant values inside a checkpointed scan (jax 0.12, "no attribute accum"
+    # in `_opt_barrier_fancy_transpose`; hit by a vmapped VJP through the profiled start).
+    (tree,), (tangent,) = primals, tangents
+    return materialize(tree), tangent
