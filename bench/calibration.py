@@ -207,17 +207,22 @@ def sample_checks(particles: np.ndarray, truth: np.ndarray
             membership(functools.partial(percentile_interval, particles), truth))
 
 
-def online_draws(num_truths: int, seed: int, start: str | None = None, progress=print
+def window_setting(text: str) -> str | float:
+    """An `estimator.window` from the command line: auto, all or seconds."""
+    return text if text in ('auto', 'all') else float(text)
+
+
+def online_draws(num_truths: int, seed: int, estimator: dict | None = None, progress=print
                  ) -> dict[int, list[Draw]]:
     """The live session's posterior after each of CHECKPOINTS windows, per random truth
-    (module doc): {windows: [Draw per truth]}; `start`: `estimator.start` instead of the
-    configuration's."""
+    (module doc): {windows: [Draw per truth]}; `estimator`: settings of `estimator` that
+    replace the configuration's (e.g. start, window)."""
     cfg = config_io.load_yaml(str(LIVE_CONFIG))
     cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, torque_samples='held'),
                               online=dataclasses.replace(cfg.online, save_path=''))
-    if start is not None:
+    if estimator:
         cfg = dataclasses.replace(cfg, estimator=dataclasses.replace(cfg.estimator,
-                                                                     start=start))
+                                                                     **estimator))
     problem = pipeline.build_problem(cfg)
     rng = np.random.default_rng(seed)
     draws: dict[int, list[Draw]] = {k: [] for k in CHECKPOINTS}
@@ -338,6 +343,8 @@ def main(argv=None) -> int:
                         help='also the live session on N truths (0: not run)')
     parser.add_argument('--online-start', choices=config_io.STARTS,
                         help="the live session's estimator.start (default: its config's)")
+    parser.add_argument('--online-window', type=window_setting, metavar='S|auto|all',
+                        help="the live session's estimator.window (default: its config's)")
     parser.add_argument('--quick', action='store_true',
                         help='pendulum only, exact setting, 30 truths')
     parser.add_argument('--out', default=os.path.join('/tmp', 'sysid_calibration'))
@@ -368,8 +375,11 @@ def main(argv=None) -> int:
                 label = 'laplace' if method == 'lm' else method
                 summary[f'{case}_{setting}_{label}_cov90'] = pooled[1]
     if args.online:
+        overrides = {key: value for key, value in (('start', args.online_start),
+                                                   ('window', args.online_window))
+                     if value is not None}
         names = pipeline.build_problem(config_io.load_yaml(str(LIVE_CONFIG))).spec.names
-        for windows, draws in online_draws(args.online, args.seed, args.online_start).items():
+        for windows, draws in online_draws(args.online, args.seed, overrides).items():
             key = f'online/after {windows} windows'
             groups[key] = draws
             pooled = print_table(key, draws, names)
