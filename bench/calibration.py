@@ -34,7 +34,8 @@ method is calibrated: the table gives the pooled rate with its binomial standard
 
 Usage:
   .venv/bin/python bench/calibration.py [--cases pendulum dp chain3] [--methods lm csvgd ...]
-      [--truths 100] [--settings exact finer mujoco] [--online N] [--quick] [--out DIR]
+      [--truths 100] [--settings exact finer mujoco] [--online N]
+      [--online-set SECTION.KEY=VALUE ...] [--quick] [--out DIR]
 Last line: `RESULT calibration key=value ...` with <method>_cov50/_cov90/_cov95 pooled over
 cases and settings (laplace_* for lm), per case/setting keys <case>_<setting>_<method>_cov90,
 and online_cov90 (after the last checkpoint) with online_w<k>_cov<level> per checkpoint.
@@ -50,10 +51,11 @@ import pathlib
 import sys
 import tempfile
 import time
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 import jax
 import numpy as np
+import yaml
 from scipy import stats
 
 from sysid_ros.core.inference import intervals, registry
@@ -207,22 +209,32 @@ def sample_checks(particles: np.ndarray, truth: np.ndarray
             membership(functools.partial(percentile_interval, particles), truth))
 
 
-def window_setting(text: str) -> str | float:
-    """An `estimator.window` from the command line: auto, all or seconds."""
-    return text if text in ('auto', 'all') else float(text)
+def setting_pair(text: str) -> tuple[str, object]:
+    """`section.key=value` from the command line; the value read as YAML."""
+    key, sep, value = text.partition('=')
+    if not sep or '.' not in key:
+        raise argparse.ArgumentTypeError(f'expected section.key=value, got {text!r}')
+    return key, yaml.safe_load(value)
 
 
-def online_draws(num_truths: int, seed: int, estimator: dict | None = None, progress=print
-                 ) -> dict[int, list[Draw]]:
+def live_config(settings: Sequence[tuple[str, object]] = ()) -> config_io.Config:
+    """The shipped live configuration with held torques and `settings`
+    ((`section.key`, value) pairs) replacing its values (validated as a file's)."""
+    tree = config_io.to_dict(config_io.load_yaml(str(LIVE_CONFIG)))
+    for key, value in [('data.torque_samples', 'held'), *settings]:
+        *sections, name = key.split('.')
+        node = tree
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = value
+    return config_io.from_dict(tree, str(LIVE_CONFIG))
+
+
+def online_draws(num_truths: int, seed: int, settings: Sequence[tuple[str, object]] = (),
+                 progress=print) -> dict[int, list[Draw]]:
     """The live session's posterior after each of CHECKPOINTS windows, per random truth
-    (module doc): {windows: [Draw per truth]}; `estimator`: settings of `estimator` that
-    replace the configuration's (e.g. start, window)."""
-    cfg = config_io.load_yaml(str(LIVE_CONFIG))
-    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, torque_samples='held'),
-                              online=dataclasses.replace(cfg.online, save_path=''))
-    if estimator:
-        cfg = dataclasses.replace(cfg, estimator=dataclasses.replace(cfg.estimator,
-                                                                     **estimator))
+    (module doc): {windows: [Draw per truth]}; `settings` as `live_config`'s."""
+    cfg = live_config(settings)
     problem = pipeline.build_problem(cfg)
     rng = np.random.default_rng(seed)
     draws: dict[int, list[Draw]] = {k: [] for k in CHECKPOINTS}
@@ -341,10 +353,10 @@ def main(argv=None) -> int:
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--online', type=int, default=0, metavar='N',
                         help='also the live session on N truths (0: not run)')
-    parser.add_argument('--online-start', choices=config_io.STARTS,
-                        help="the live session's estimator.start (default: its config's)")
-    parser.add_argument('--online-window', type=window_setting, metavar='S|auto|all',
-                        help="the live session's estimator.window (default: its config's)")
+    parser.add_argument('--online-set', type=setting_pair, action='append', default=[],
+                        metavar='SECTION.KEY=VALUE',
+                        help="replace a value of the live configuration (repeatable), e.g. "
+                             "estimator.start=profiled")
     parser.add_argument('--quick', action='store_true',
                         help='pendulum only, exact setting, 30 truths')
     parser.add_argument('--out', default=os.path.join('/tmp', 'sysid_calibration'))
@@ -375,11 +387,8 @@ def main(argv=None) -> int:
                 label = 'laplace' if method == 'lm' else method
                 summary[f'{case}_{setting}_{label}_cov90'] = pooled[1]
     if args.online:
-        overrides = {key: value for key, value in (('start', args.online_start),
-                                                   ('window', args.online_window))
-                     if value is not None}
-        names = pipeline.build_problem(config_io.load_yaml(str(LIVE_CONFIG))).spec.names
-        for windows, draws in online_draws(args.online, args.seed, overrides).items():
+        names = pipeline.build_problem(live_config(args.online_set)).spec.names
+        for windows, draws in online_draws(args.online, args.seed, args.online_set).items():
             key = f'online/after {windows} windows'
             groups[key] = draws
             pooled = print_table(key, draws, names)
