@@ -44,7 +44,6 @@ and online_cov90 (after the last checkpoint) with online_w<k>_cov<level> per che
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import os
 import pathlib
