@@ -37,7 +37,7 @@ Which data a method takes is its registry entry's `data` kind (`core.inference.r
     L taps, every L-th output kept) and is cut into pieces of `estimator.window` seconds
     (`auto`: EQUATION_PIECE_S; `all`: the shortest trajectory), the samples left at its end
     dropped. Noise: `data.torque_noise_std` (one value or one per joint), or left empty
-    estimated per joint (`equation_error.fit_noise_std`: robust residual spread after a few
+    estimated per joint (`equation_error.fit_noise_std`: residual RMS after a few
     Gauss-Newton steps from `theta`, default the spec's starting values). The poses of
     motion capture are not used.
   * 'segments' (`segments`): DiffNEA's rollout segments of `estimator.rollout_horizon` steps

@@ -134,5 +134,5 @@ def test_lm_recovers_the_truth_within_its_uncertainty(problem, recording, truth,
     # the propagated sensor noise), within 20 %.
     setting, data = prepared.target.likelihood, prepared.data
     params = problem.spec.to_params(jnp.asarray(truth), problem.base_params)
-    at_truth = ee.robust_noise_std(ee.torque_residuals(setting, params, data), 0)
+    at_truth = ee.residual_noise_std(ee.torque_residuals(setting, params, data), 0)
     np.testing.assert_allclose(data.noise_std, at_truth, rtol=0.2)
