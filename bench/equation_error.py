@@ -5,8 +5,9 @@ parameters (link 6 mass; link 7 mass, COM and full inertia; viscous and Coulomb 
 every joint, `coulomb_viscous`). Hidden truth: a payload of PAYLOAD_MASS kg at PAYLOAD_COM
 in the panda_link7 frame with inertia PAYLOAD_INERTIA about its COM added to link 7
 (`edits.add_rigid_body`), and each joint's damping and Coulomb torque drawn U[0.05, 1.0].
-Recording: this package's simulator (rk4 at the data rate, 200 Hz) under a computed-torque
-law of the nominal model (`control.track`, 10 Hz, URDF effort limits) tracking random
+Recording: this package's simulator (rk4, --substeps steps per 200 Hz sample; default 1,
+the estimators' own simulator, which favours output error) under a computed-torque law of
+the nominal model (`control.track`, 10 Hz, URDF effort limits) tracking random
 multi-sine references (0.1-0.6 Hz) around `heldout.PANDA_POSE`; heldout's noise (N(0, 1e-4
 rad) on q, N(0, 1e-3 rad/s) on qd, exact torques), `data.noise_std` set to it.
 
@@ -19,11 +20,22 @@ Reported per parameter: truth, estimate +- std and |error| / std of both.
 
 Usage:
   .venv/bin/python bench/equation_error.py [--duration 20] [--particles 32] [--steps 20]
-      [--lm-iterations 100] [--residuals ee oe] [--seed 0] [--quick]
+      [--lm-iterations 100] [--residuals ee oe] [--substeps 1] [--seed 0] [--quick]
 (--quick: 10 s, 8 particles, 5 csvgd steps, 30 lm steps.) Last line: `RESULT equation_error
-key=value ...` with per likelihood (ee, oe): lm_wall_s, lm_step_s, lm_iterations, csvgd_step_s, the median and
-largest |error| / std of lm, the payload (link-7 mass) error [kg], and the median ratio of
-the lm stds (ee / oe) when both ran.
+key=value ...` with per likelihood (ee, oe): lm_wall_s, lm_step_s, lm_iterations,
+csvgd_step_s, the median and largest |error| / std of lm, the payload (link-7 mass) error
+[kg], and the median ratio of the lm stds (ee / oe) when both ran.
+
+Measured (loaded 2-core box, seed 0, 8 particles): --quick (10 s, one rk4 step per sample):
+equation error lm 33 s per fit (8 steps, 0.027 s each), csvgd 0.052 s per step; output
+error lm 261 s (30 steps, 5.7 s each), csvgd 0.52 s per step after a 5.5 min compile; lm's
+std median 630 times smaller for output error (the recording comes from its own simulator),
+|error| / std median 1.2 (ee) and 0.9 (oe), largest 2.5 and 2.4. With --duration 20 the
+equation error's wrist friction came out 3-7.7 stds off (joint 7 Coulomb 0.104 for 0.116):
+rk4 at 200 Hz chatters through joint 7's stiff Coulomb reversals; recorded with
+--substeps 20 (4 kHz) its largest |error| / std is 2.2, payload mass 2.507 +- 0.009 kg for
+2.496.
+
 """
 
 from __future__ import annotations
@@ -83,8 +95,10 @@ def truth(problem, rng: np.random.Generator):
     return params, np.asarray(problem.spec.from_params(params))
 
 
-def record(problem, params, duration: float, rng: np.random.Generator) -> Trajectory:
-    """The noisy tracked recording (module doc)."""
+def record(problem, params, duration: float, rng: np.random.Generator,
+           substeps: int) -> Trajectory:
+    """The noisy tracked recording (module doc), simulated with `substeps` rk4 steps per
+    sample."""
     num = int(round(duration / problem.dt)) + 1
     t = np.arange(num) * problem.dt
     wave, rate = heldout.multisine(t, heldout.PANDA_AMPLITUDE, rng, f_min=0.1, f_max=0.6)
@@ -96,8 +110,7 @@ def record(problem, params, duration: float, rng: np.random.Generator) -> Trajec
     cfg = problem.config.model
     states, u = _TRACK(problem.model, params, problem.base_params, x0, q_ref, qd_ref, qdd_ref,
                        problem.dt, jnp.asarray(PANDA_EFFORT), TRACKING_FREQUENCY,
-                       integrator=cfg.integrator, actuator=cfg.actuator,
-                       substeps=problem.substeps)
+                       integrator=cfg.integrator, actuator=cfg.actuator, substeps=substeps)
     states, u = np.asarray(states), np.asarray(u)
     q, qd = heldout.add_noise(states[:, :7], states[:, 7:], rng)
     return Trajectory(t=t, q=q, qd=qd, tau=u, joint_names=problem.model.joint_names,
@@ -142,6 +155,7 @@ def main(argv=None) -> int:
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--residuals', nargs='+', choices=tuple(RESIDUALS),
                         default=list(RESIDUALS))
+    parser.add_argument('--substeps', type=int, default=1)
     parser.add_argument('--quick', action='store_true')
     args = parser.parse_args(argv)
     if args.quick:
@@ -151,7 +165,7 @@ def main(argv=None) -> int:
     problem = build('output_error', args.particles)
     params, theta_true = truth(problem, rng)
     start = time.perf_counter()
-    traj = record(problem, params, args.duration, rng)
+    traj = record(problem, params, args.duration, rng, args.substeps)
     print(f'recording: {args.duration:g} s at {problem.config.data.rate:g} Hz '
           f'({time.perf_counter() - start:.1f} s to simulate)')
     results = {key: run(RESIDUALS[key], traj, theta_true, args) for key in args.residuals}
