@@ -53,7 +53,7 @@ from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
-from sysid_ros.ros import qos  # noqa: E402
+from sysid_ros.ros import demo_robots, qos  # noqa: E402
 from sysid_ros.ros.node_process import NodeProcess  # noqa: E402
 from sysid_ros.ros.probe import ProbeNode  # noqa: E402
 
@@ -63,23 +63,12 @@ ESTIMATOR = 'sysid_ros.ros.estimator'
 COMPILE_TIMEOUT = 900.0
 # Particles of the double pendulum's estimator.
 DP_PARTICLES = 64
-# The arm's hidden payload, held by link 7 from the start: mass [kg], centre of mass in the
-# link-7 frame [m], inertia about it (ixx, ixy, ixz, iyy, iyz, izz) [kg m^2].
-PAYLOAD_MASS = 1.0
-PAYLOAD_COM = [0.02, -0.01, 0.15]
-PAYLOAD_INERTIA = [0.002, 0.0, 0.0, 0.002, 0.0, 0.002]
 # After the measurement the payload is put down; followed once the payload mass estimate is
 # below this [kg], within this long [s].
-DROP_FOLLOWED = 0.1 * PAYLOAD_MASS
+DROP_FOLLOWED = 0.1 * demo_robots.PAYLOAD_MASS
 FOLLOW_TIMEOUT = 30.0
-# sim_rate 4 kHz: joint 7 (about 0.01 kg m^2) under Coulomb friction smoothed over 0.01 rad/s
-# (slope c / eps = 74 N m s/rad, time constant 0.14 ms) is stiff; RK4 at 1 kHz chattered
-# through its velocity reversals, and the estimate traded its Coulomb friction for damping
-# (0.44 and 0.87 against truths 0.74 and 0.23).
-ARM_SIM_ARGS = ['publish_rate:=1000.0', 'sim_rate:=4000.0', 'excitation:=joint_sines',
-                'true_damping:=0.3', 'true_coulomb:=0.5', 'effort_noise:=0.05', 'noise:=0.001',
-                f'payload_mass:={PAYLOAD_MASS}', 'payload_time:=0.0',
-                f'payload_position:={PAYLOAD_COM}', f'payload_inertia:={PAYLOAD_INERTIA}']
+# The arm at 4 kHz with its payload held from the start (`ros.demo_robots`).
+ARM_SIM_ARGS = demo_robots.arm_sim_args(payload_time=0.0)
 CLOCK_TICK = os.sysconf('SC_CLK_TCK')
 SPLIT_FLAG = '--xla_force_host_platform_device_count'
 
