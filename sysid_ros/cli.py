@@ -326,21 +326,20 @@ DEMO_SCALE = {'mass': 1.3, 'inertia.iyy': 1.25, 'damping': 2.0}
 DEMO_OFFSET = {'com.x': -0.06}
 
 
-LIVE_DEMO_CONFIG = 'double_pendulum_live.yaml'
-
-
 def _cmd_live_demo(args) -> int:
     from sysid_ros.io import config as config_io
     from sysid_ros.io import pipeline
-    from sysid_ros.ros import live_demo
+    from sysid_ros.ros import demo_robots, live_demo
 
-    config_path = args.config or _packaged_config(LIVE_DEMO_CONFIG)
+    robot = demo_robots.ROBOTS[args.robot]
+    config_path = args.config or _packaged_config(robot.config)
     spec = pipeline.build_problem(config_io.load_yaml(config_path)).spec   # bad config: stop here
     bounds = {name: (float(lo), float(hi))
               for name, lo, hi in zip(spec.names, spec.lower_bounds, spec.upper_bounds)}
     settings = live_demo.DemoSettings(
-        config=config_path, out_dir=args.out, duration=args.duration, tolerance=args.tolerance,
-        seed=args.seed, fastdds_profile=_packaged_config('fastdds_localhost.xml'))
+        config=config_path, out_dir=args.out, duration=args.duration or robot.duration,
+        tolerance=args.tolerance, seed=args.seed, sim_args=robot.sim_args,
+        fastdds_profile=_packaged_config('fastdds_localhost.xml'))
     return live_demo.run(settings, spec.names, bounds)
 
 
@@ -578,10 +577,14 @@ def build_parser() -> argparse.ArgumentParser:
                        'true vs estimated parameters')
     p.add_argument('--out', default=os.path.join('out', 'live_demo'), metavar='DIR',
                    help='node logs and the saved posterior (default out/live_demo)')
-    p.add_argument('--config', help=f'problem configuration of both nodes (default: the '
-                   f'packaged {LIVE_DEMO_CONFIG})')
-    p.add_argument('--duration', type=_positive_float, default=60.0, metavar='S',
-                   help='seconds of live estimates to collect (default 60)')
+    p.add_argument('--robot', choices=('panda', 'double_pendulum'), default='panda',
+                   help='the simulated robot: the Panda arm picking up a 1 kg payload 20 s in '
+                   '(default), or the double pendulum')
+    p.add_argument('--config', help='problem configuration of both nodes (default: the '
+                   "robot's packaged configuration, ros.demo_robots)")
+    p.add_argument('--duration', type=_positive_float, metavar='S',
+                   help='seconds of live estimates to collect (default 50 for the Panda, '
+                   '60 for the double pendulum)')
     p.add_argument('--tolerance', type=_positive_float, default=0.1, metavar='F',
                    help='converged: every mean within F times its bounds width of the truth '
                    '(default 0.1)')

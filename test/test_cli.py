@@ -178,6 +178,14 @@ def test_packaged_demo_config_is_found():
     assert pathlib.Path(path).is_file()
 
 
+def test_live_demo_runs_the_arm_by_default_and_finds_every_robots_config():
+    from sysid_ros.ros import demo_robots
+
+    assert cli.build_parser().parse_args(['demo']).robot == 'panda'
+    for robot in demo_robots.ROBOTS.values():
+        assert pathlib.Path(cli._packaged_config(robot.config)).is_file()
+
+
 @pytest.mark.slow
 def test_sigint_during_fit_saves_results(workdir, tmp_path):
     """A real Ctrl-C (SIGINT) to `sysid fit` in a subprocess: exit 130 with the results."""

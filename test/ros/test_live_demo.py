@@ -1,4 +1,5 @@
-"""The live demo (`sysid demo`): its convergence scoring, and (slow) the whole run."""
+"""The live demo (`sysid demo`): its convergence scoring, its phases, and (slow) the whole run
+of each robot."""
 
 import os
 import pathlib
@@ -38,12 +39,26 @@ def test_not_converged_when_the_last_estimate_is_off():
     assert not live_demo.convergence([], TRUTH, BOUNDS, 0.1).converged
 
 
-@pytest.mark.slow
-def test_sysid_demo_runs_both_nodes_and_scores_the_estimate(tmp_path):
-    run = subprocess.run(
-        [sys.executable, '-m', 'sysid_ros.cli', 'demo', '--duration', '30', '--out',
-         str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+def test_phases_split_at_a_change_of_the_truth_and_skip_an_unheld_payloads_com():
+    empty = {'payload.mass': 0.0, 'payload.com.x': 0.02, 'joint1.damping': 0.3}
+    held = dict(empty, **{'payload.mass': 1.0})
+    history = [(1.0, 'a'), (2.0, 'b'), (3.0, 'c')]
+    phases = live_demo._phases(history, [(0.5, empty), (2.5, held)])
+    assert phases == [(0.5, empty, [(1.0, 'a'), (2.0, 'b')]), (2.5, held, [(3.0, 'c')])]
+    assert live_demo._scored(list(empty), empty) == ['payload.mass', 'joint1.damping']
+    assert live_demo._scored(list(held), held) == list(held)
+
+
+def _demo(tmp_path, *args):
+    return subprocess.run(
+        [sys.executable, '-m', 'sysid_ros.cli', 'demo', '--out', str(tmp_path), *args],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
         env=dict(os.environ))               # with the DDS isolation of test/ros/conftest.py
+
+
+@pytest.mark.slow
+def test_sysid_demo_double_pendulum_runs_both_nodes_and_scores_the_estimate(tmp_path):
+    run = _demo(tmp_path, '--robot', 'double_pendulum', '--duration', '30')
     assert run.returncode in (live_demo.EXIT_CONVERGED, live_demo.EXIT_NOT_CONVERGED), (
         run.stdout + run.stderr)
     for name in ('link1.mass', 'link2.mass', 'joint1.damping', 'joint2.damping'):
@@ -51,3 +66,14 @@ def test_sysid_demo_runs_both_nodes_and_scores_the_estimate(tmp_path):
     assert 'converged' in run.stdout.lower()
     assert (tmp_path / 'posterior.npz').is_file()
     assert (tmp_path / 'estimator.log').is_file() and (tmp_path / 'sim_robot.log').is_file()
+
+
+@pytest.mark.slow
+def test_sysid_demo_arm_converges_and_follows_the_pick_up(tmp_path):
+    run = _demo(tmp_path)
+    assert run.returncode == live_demo.EXIT_CONVERGED, run.stdout + run.stderr
+    assert 'phase 2' in run.stdout and 'payload.mass 0 -> 1' in run.stdout
+    assert 'after the change' in run.stdout
+    for name in ('payload.mass', 'payload.com.z', 'panda_joint7.coulomb'):
+        assert name in run.stdout
+    assert (tmp_path / 'posterior.npz').is_file()
