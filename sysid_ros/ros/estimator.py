@@ -278,8 +278,9 @@ class EstimatorNode(LifecycleNode):
             self._own(self.destroy_client, self._push.client)
 
         start = time.perf_counter()
+        # Exactly one window: the prediction then reuses the rollout that simulated it.
         self.session.warm_up(pipeline.simulate(
-            problem, duration=self._online.window_length + self._online.hop))
+            problem, duration=(self.session.window_samples - 1) * problem.dt))
         self.get_logger().info(f'estimator compiled in {time.perf_counter() - start:.1f} s')
         self._last: online.WindowResult | None = None
         self._lag = float('nan')
