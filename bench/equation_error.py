@@ -34,7 +34,9 @@ std median 630 times smaller for output error (the recording comes from its own 
 equation error's wrist friction came out 3-7.7 stds off (joint 7 Coulomb 0.104 for 0.116):
 rk4 at 200 Hz chatters through joint 7's stiff Coulomb reversals; recorded with
 --substeps 20 (4 kHz) its largest |error| / std is 2.2, payload mass 2.507 +- 0.009 kg for
-2.496.
+2.496 (lm 24 s, csvgd 0.048 s per step); output error on that recording (its rk4 at 200 Hz
+no longer the truth's): 2.4963 +- 0.0007 kg, largest |error| / std 6.5 (link-7 izz), loss
+3.3, lm not converged after 30 steps of 13 s (473 s), csvgd 0.38 s per step.
 
 """
 
