@@ -621,9 +621,9 @@ class OnlineConfig:
       forgetting: lambda in (0, 1]: each window's prior is the previous posterior as a
         Gaussian with its covariance divided by lambda (1: no forgetting; smaller: the
         estimate follows a change faster and averages over fewer windows, ~1 / (1 - lambda)).
-      divergence_factor: a window whose loss exceeds this times the last good window's loss
-        (or is not finite) counts as a divergence: the posterior goes back to the last good
-        one [-].
+      divergence_factor: a window whose loss exceeds this times the loss of the particles it
+        started from (or is not finite) counts as a divergence: the posterior goes back to the
+        last good one [-].
       save_path: posterior file written on ~/save and at shutdown (`.npz` + `.yaml`; empty:
         not saved).
       warm_start: posterior file (`.npz`) to start from (empty: Sobol particles).

@@ -31,9 +31,11 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
     do not, e.g. after a change).
   * Divergence: a window whose loss (the lowest mean squared noise-normalised residual of the
     particles that the window's last step started from) is not finite, exceeds
-    `online.divergence_factor` times the last good window's loss, or leaves non-finite
-    particles is a divergence: the particles go back to the last good posterior and the
-    event is counted.
+    `online.divergence_factor` times the loss of the particles it started from on the same
+    window, or leaves non-finite particles is a divergence: the particles go back to the last
+    good posterior and the event is counted. (Against the last good window's loss, a
+    pick-up that raised every particle's loss past the factor counted as a divergence in
+    every later window, so the estimate never followed it.)
   * Files (`save`, `load_posterior`): `<stem>.npz` (`particles` (P, M), `names` (M,),
     `lower`, `upper` (M,)) and `<stem>.yaml` (names with mean, std and the 95 % interval
     `ci95` that holds the truth at that rate for a calibrated posterior of few particles,
@@ -219,7 +221,6 @@ class OnlineSession:
         self.windows = 0
         self.divergences = 0
         self.last_loss = float('nan')
-        self._good_loss = float('inf')
         warm_start = cfg.online.warm_start if warm_start is None else warm_start
         self.warm_start = warm_start
         self.reset()
@@ -258,7 +259,6 @@ class OnlineSession:
                 self.problem.spec, self.problem.base_params, self.num_particles,
                 cfg.estimator.seed, theta0)
             self._good = self._particles.copy()
-            self._good_loss = float('inf')
             self._state = None
             # A warm-start file is a previous posterior; Sobol particles are the bounds prior.
             self._has_posterior = bool(self.warm_start)
@@ -350,16 +350,15 @@ class OnlineSession:
             theta = np.asarray(est.posterior(state), dtype=float)
             ess = _predictive_ess(prepared, np.asarray(infos[0].loss, dtype=float))
             loss = float(np.min(np.asarray(infos[-1].loss)))
+            start_loss = float(np.min(np.asarray(infos[0].loss)))
             diverged = (not np.isfinite(loss) or not np.all(np.isfinite(theta))
-                        or loss > self.problem.config.online.divergence_factor
-                        * self._good_loss)
+                        or loss > self.problem.config.online.divergence_factor * start_loss)
             if diverged:
                 self.divergences += 1
                 self._particles = self._good.copy()
             else:
                 self._particles = theta
                 self._good = theta.copy()
-                self._good_loss = loss
                 self._has_posterior = True
                 self._state = state
             self.windows += 1
@@ -392,11 +391,11 @@ class OnlineSession:
                         mocap_position=traj.mocap_position,
                         mocap_orientation=traj.mocap_orientation)
         with self._lock:
-            saved = (self._particles, self._good, self._good_loss, self.windows,
-                     self.divergences, self.last_loss, self._has_posterior, self._state)
+            saved = (self._particles, self._good, self.windows, self.divergences,
+                     self.last_loss, self._has_posterior, self._state)
             self.update(window)           # compiles the step and the prediction
-            (self._particles, self._good, self._good_loss, self.windows,
-             self.divergences, self.last_loss, self._has_posterior, self._state) = saved
+            (self._particles, self._good, self.windows, self.divergences,
+             self.last_loss, self._has_posterior, self._state) = saved
 
     def save(self, path: str | os.PathLike, timeout: float | None = None) -> tuple[str, str]:
         """Write the current posterior to `<stem>.npz` and `<stem>.yaml` atomically (module
