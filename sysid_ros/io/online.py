@@ -258,7 +258,6 @@ class OnlineSession:
             self._particles = particles.initial_particles(
                 self.problem.spec, self.problem.base_params, self.num_particles,
                 cfg.estimator.seed, theta0)
-            self._good = self._particles.copy()
             self._state = None
             # A warm-start file is a previous posterior; Sobol particles are the bounds prior.
             self._has_posterior = bool(self.warm_start)
@@ -348,17 +347,16 @@ class OnlineSession:
                 state, info = est.step(state, prepared.data, prior)
                 infos.append(info)
             theta = np.asarray(est.posterior(state), dtype=float)
-            ess = _predictive_ess(prepared, np.asarray(infos[0].loss, dtype=float))
+            start_losses = np.asarray(infos[0].loss, dtype=float)
+            ess = _predictive_ess(prepared, start_losses)
             loss = float(np.min(np.asarray(infos[-1].loss)))
-            start_loss = float(np.min(np.asarray(infos[0].loss)))
+            start_loss = float(np.min(start_losses))
             diverged = (not np.isfinite(loss) or not np.all(np.isfinite(theta))
                         or loss > self.problem.config.online.divergence_factor * start_loss)
-            if diverged:
+            if diverged:             # the particles stay those of the last good window
                 self.divergences += 1
-                self._particles = self._good.copy()
             else:
                 self._particles = theta
-                self._good = theta.copy()
                 self._has_posterior = True
                 self._state = state
             self.windows += 1
@@ -391,11 +389,11 @@ class OnlineSession:
                         mocap_position=traj.mocap_position,
                         mocap_orientation=traj.mocap_orientation)
         with self._lock:
-            saved = (self._particles, self._good, self.windows, self.divergences,
-                     self.last_loss, self._has_posterior, self._state)
+            saved = (self._particles, self.windows, self.divergences, self.last_loss,
+                     self._has_posterior, self._state)
             self.update(window)           # compiles the step and the prediction
-            (self._particles, self._good, self.windows, self.divergences,
-             self.last_loss, self._has_posterior, self._state) = saved
+            (self._particles, self.windows, self.divergences, self.last_loss,
+             self._has_posterior, self._state) = saved
 
     def save(self, path: str | os.PathLike, timeout: float | None = None) -> tuple[str, str]:
         """Write the current posterior to `<stem>.npz` and `<stem>.yaml` atomically (module
