@@ -261,14 +261,22 @@ def configured_noise_std(problem: Problem) -> np.ndarray | None:
     Raises:
       ConfigError: neither 1 value nor 2 nv.
     """
-    dims = 2 * problem.model.nv
-    given = problem.config.data.noise_std
+    joints = ", ".join(problem.model.joint_names)
+    return _one_or_each(problem, 'data.noise_std', 2 * problem.model.nv,
+                        f'q of {joints}, then qd')
+
+
+def _one_or_each(problem: Problem, key: str, count: int, each: str) -> np.ndarray | None:
+    """The configured list `key` as (count,) values (one value stands for all), or None
+    where it is empty; ConfigError naming `each` (what the count values are) for another
+    length."""
+    section, name = key.split('.')
+    given = getattr(getattr(problem.config, section), name)
     if not given:
         return None
-    if len(given) not in (1, dims):
-        raise _error(problem, 'data.noise_std', f'expected 1 value or {dims} (q of '
-                     f'{", ".join(problem.model.joint_names)}, then qd), got {len(given)}')
-    return np.broadcast_to(np.asarray(given, dtype=float), (dims,)).copy()
+    if len(given) not in (1, count):
+        raise _error(problem, key, f'expected 1 value or {count} ({each}), got {len(given)}')
+    return np.broadcast_to(np.asarray(given, dtype=float), (count,)).copy()
 
 
 def _noise_std(problem: Problem, trajs: Sequence[Trajectory]) -> tuple[np.ndarray, str]:
@@ -359,10 +367,8 @@ def equation_error_problem(problem: Problem, trajs: Sequence[Trajectory], theta=
     """
     cfg = problem.config
     nv = problem.model.nv
-    given = cfg.data.torque_noise_std
-    if given and len(given) not in (1, nv):
-        raise _error(problem, 'data.torque_noise_std', f'expected 1 value or {nv} (one per '
-                     f'joint: {", ".join(problem.model.joint_names)}), got {len(given)}')
+    given = _one_or_each(problem, 'data.torque_noise_std', nv,
+                         f'one per joint: {", ".join(problem.model.joint_names)}')
     if not trajs:
         raise DataError('no trajectories given')
     try:
@@ -390,11 +396,11 @@ def equation_error_problem(problem: Problem, trajs: Sequence[Trajectory], theta=
               for name in ('q', 'qd', 'qdd', 'tau')}
     try:
         data = equation_error.make_torque_data(setting, **arrays,
-                                               noise_std=given if given else 1.0)
+                                               noise_std=1.0 if given is None else given)
     except ValueError as exc:
         raise DataError(str(exc)) from exc
     source = 'config'
-    if not given:
+    if given is None:
         spec = problem.spec
         theta = spec.initial_theta(problem.base_params) if theta is None else theta
         noise, _ = _fit_noise_std(setting, spec, problem.base_params, jnp.asarray(theta),
