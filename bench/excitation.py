@@ -20,9 +20,15 @@ for each of --truths hidden truths drawn at random within the ranges below:
             the designed recording's;
 
 at equal duration T. Both recordings get the noise of `bench/heldout.py` (N(0, 1e-4 rad) on
-q, N(0, 1e-3 rad/s) on qd, exact torques) at 100 Hz and are fitted by the point estimator `lm`
-with the shipped defaults from the same start (the design point: the nominal values moved
-inside the bounds), the noise std configured. Reported per parameter: the Laplace std of
+q, N(0, 1e-3 rad/s) on qd, exact torques unless --torque-noise) at 100 Hz and are fitted by
+the point estimator `lm` with the shipped defaults from the same start (the design point: the
+nominal values moved inside the bounds), the noise std configured. The likelihood is
+--residual: output_error (the default offline one) or equation_error (the live arm's, as in
+config/panda_live.yaml: causal Savitzky-Golay filter of 0.05 s, i.e. 5 taps at 100 Hz, and
+pieces of EQUATION_WINDOW_S, short enough that lm's cluster-robust covariance has more
+pieces than parameters after 10 s); the design is made for the same likelihood (it reads
+the configuration). --torque-noise S adds N(0, S) to every recorded torque sample and
+configures data.torque_noise_std = S; without it the equation error estimates its noise. Reported per parameter: the Laplace std of
 `lm` (`FitResult.std`) after T seconds of each and their ratio (designed / random), the
 errors |estimate - truth| / (bounds width), and the seconds of designed data needed to reach
 the random recording's std after T seconds: the designed recording is fitted on its first
@@ -53,6 +59,7 @@ Cases:
 
 Usage:
   .venv/bin/python bench/excitation.py [--cases dp arm] [--truths N] [--seed N] [--quick]
+      [--residual output_error|equation_error] [--torque-noise S]
 (--quick: one truth per case, T = one designed period, fitted at T only.)
 
 Last line: `RESULT excitation key=value ...` with, per case, <case>_std_ratio (designed /
@@ -60,7 +67,8 @@ random std after T, median), <case>_seconds_ratio (seconds of designed data to r
 random std after T, over T, median), <case>_err_designed and <case>_err_random (median error
 over bounds width), <case>_violations_designed and <case>_violations_random (samples beyond
 a limit), <case>_predicted_ratio (median lm std / the design's predicted std, T scaled),
-and the goal's verdict goal_met (arm_seconds_ratio <= 0.5).
+the likelihood (residual, torque_noise) and the goal's verdict goal_met
+(arm_seconds_ratio <= 0.5).
 """
 
 from __future__ import annotations
@@ -91,6 +99,8 @@ DESIGN_SPEED_SHARE = 0.9                     # [-] of the arm's speed limits (tr
 SEED_SALT = 20                               # issue number
 GOAL_SECONDS_RATIO = 0.5                     # [-] the issue's goal on the arm
 AMPLITUDE_BISECTIONS = 12
+EQUATION_FILTER_S = 0.05                     # [s] config/panda_live.yaml's filter_window
+EQUATION_WINDOW_S = 0.5                      # [s] pieces of the equation error
 
 PANDA_JOINTS = heldout.PANDA_JOINTS
 PANDA_EFFORT = np.array([87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0])     # [N m] URDF
@@ -110,6 +120,7 @@ class Case:
       effort: (nv,) the simulated robot's effort limit [N m] (commands are clipped there).
       speed: (nv,) the robot's speed limit [rad/s].
       random: `random(case, problem, truth_params, t, designed_u, rng) -> (states, u)`.
+      torque_noise: std of the noise added to every recorded torque [N m] (0: none).
     """
 
     name: str
@@ -119,13 +130,29 @@ class Case:
     effort: np.ndarray
     speed: np.ndarray
     random: Callable
+    torque_noise: float = 0.0
 
 
-def _config(model: dict, parameters: dict, nv: int, excite: dict) -> config_io.Config:
-    return config_io.from_dict({
-        'model': model, 'parameters': parameters,
-        'data': {'rate': RATE, 'noise_std': [heldout.Q_NOISE] * nv + [heldout.QD_NOISE] * nv},
-        'excitation': excite})
+@dataclasses.dataclass(frozen=True)
+class Likelihood:
+    """The fit's likelihood: residual 'output_error' or 'equation_error'; torque_noise: the
+    recorded torques' noise std, configured as data.torque_noise_std when > 0 [N m]."""
+
+    residual: str = 'output_error'
+    torque_noise: float = 0.0
+
+
+def _config(model: dict, parameters: dict, nv: int, excite: dict,
+            likelihood: Likelihood) -> config_io.Config:
+    data = {'rate': RATE, 'noise_std': [heldout.Q_NOISE] * nv + [heldout.QD_NOISE] * nv}
+    estimator = {}
+    if likelihood.residual == 'equation_error':
+        estimator = {'residual': 'equation_error', 'filter_window': EQUATION_FILTER_S,
+                     'window': EQUATION_WINDOW_S}
+    if likelihood.torque_noise > 0.0:
+        data['torque_noise_std'] = [likelihood.torque_noise]
+    return config_io.from_dict({'model': model, 'parameters': parameters, 'data': data,
+                                'estimator': estimator, 'excitation': excite})
 
 
 def random_torques(case: Case, problem, truth_params, t, designed_u, rng):
@@ -181,7 +208,7 @@ def random_references(case: Case, problem, truth_params, t, designed_u, rng, sta
     return run(lo)
 
 
-def case_dp() -> Case:
+def case_dp(likelihood: Likelihood) -> Case:
     joints = ('joint1', 'joint2')
     parameters = {link: {'mass': {'min': 0.5, 'max': 2.0}, 'com': {'z': {'min': -0.8,
                                                                           'max': -0.2}}}
@@ -191,17 +218,18 @@ def case_dp() -> Case:
                       'actuator': 'viscous'}, parameters, 2,
                      {'duration': 5.0, 'base_frequency': 0.2, 'harmonics': 5,
                       'velocity': DP_SPEED,
-                      'effort': (DESIGN_EFFORT_SHARE * DP_EFFORT).tolist()})
+                      'effort': (DESIGN_EFFORT_SHARE * DP_EFFORT).tolist()}, likelihood)
     low = {**{f'{link}.mass': 0.6 for link in ('link1', 'link2')},
            **{f'{link}.com.z': -0.7 for link in ('link1', 'link2')},
            **{f'{joint}.damping': 0.02 for joint in joints}}
     high = {**{f'{link}.mass': 1.9 for link in ('link1', 'link2')},
             **{f'{link}.com.z': -0.3 for link in ('link1', 'link2')},
             **{f'{joint}.damping': 0.3 for joint in joints}}
-    return Case('dp', config, low, high, DP_EFFORT, np.full(2, DP_SPEED), random_torques)
+    return Case('dp', config, low, high, DP_EFFORT, np.full(2, DP_SPEED), random_torques,
+                likelihood.torque_noise)
 
 
-def case_arm() -> Case:
+def case_arm(likelihood: Likelihood) -> Case:
     parameters = {'payload': {'mass': {'min': 0.0, 'max': 5.0},
                               'com': {axis: {'min': -0.1, 'max': 0.15} for axis in 'xyz'}}}
     parameters.update({joint: {'damping': {'min': 0.0, 'max': 2.0},
@@ -212,7 +240,8 @@ def case_arm() -> Case:
                      {'duration': 5.0, 'base_frequency': 0.2, 'harmonics': 5,
                       'acceleration': 10.0, 'start': heldout.PANDA_POSE.tolist(),
                       'velocity': (DESIGN_SPEED_SHARE * PANDA_SPEED).tolist(),
-                      'effort': (DESIGN_EFFORT_SHARE * PANDA_EFFORT).tolist()})
+                      'effort': (DESIGN_EFFORT_SHARE * PANDA_EFFORT).tolist()},
+                     likelihood)
     low = {'payload.mass': 0.5, 'payload.com.x': -0.05, 'payload.com.y': -0.05,
            'payload.com.z': 0.0}
     high = {'payload.mass': 3.0, 'payload.com.x': 0.05, 'payload.com.y': 0.05,
@@ -220,7 +249,8 @@ def case_arm() -> Case:
     for joint in PANDA_JOINTS:
         for attribute in ('damping', 'coulomb'):
             low[f'{joint}.{attribute}'], high[f'{joint}.{attribute}'] = 0.05, 1.0
-    return Case('arm', config, low, high, PANDA_EFFORT, PANDA_SPEED, random_references)
+    return Case('arm', config, low, high, PANDA_EFFORT, PANDA_SPEED, random_references,
+                likelihood.torque_noise)
 
 
 def violations(problem, speed, effort, states, u) -> int:
@@ -235,11 +265,13 @@ def violations(problem, speed, effort, states, u) -> int:
     return int(np.sum(np.any(bad, axis=1)))
 
 
-def recording(problem, t, states, u, rng) -> Trajectory:
-    """The noisy recording (heldout's noise) of true states (T, 2 nv) under commands u."""
+def recording(case: Case, problem, t, states, u, rng) -> Trajectory:
+    """The noisy recording (heldout's noise, the case's torque noise) of true states
+    (T, 2 nv) under commands u."""
     nv = problem.model.nv
     q, qd = heldout.add_noise(states[:, :nv], states[:, nv:], rng)
-    return Trajectory(t=t, q=q, qd=qd, tau=u, joint_names=problem.model.joint_names,
+    tau = u + case.torque_noise * rng.standard_normal(u.shape) if case.torque_noise else u
+    return Trajectory(t=t, q=q, qd=qd, tau=tau, joint_names=problem.model.joint_names,
                       source='bench/excitation.py')
 
 
@@ -304,8 +336,8 @@ def run_case(case: Case, truths: int, seed: int, quick: bool) -> dict[str, str]:
             states_r, u_r = case.random(case, problem, params, t, u_d, rng)
         bad_d += violations(problem, case.speed, case.effort, states_d, u_d)
         bad_r += violations(problem, case.speed, case.effort, states_r, u_r)
-        traj_d = recording(problem, t, states_d, u_d, rng)
-        traj_r = recording(problem, t, states_r, u_r, rng)
+        traj_d = recording(case, problem, t, states_d, u_d, rng)
+        traj_r = recording(case, problem, t, states_r, u_r, rng)
         est_r, std_r, ok_r, sec_r = fit(problem, traj_r, theta0, i)
         fits = [fit(problem, traj_d.slice(0, n), theta0, i) for n in counts]
         est_d, std_d, ok_d, sec_d = fits[-1]
@@ -359,13 +391,19 @@ def main(argv=None) -> int:
     p.add_argument('--truths', type=int, default=5, help='hidden truths per case')
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--quick', action='store_true', help='one truth per case; T/2 and T')
+    p.add_argument('--residual', choices=('output_error', 'equation_error'),
+                   default='output_error', help='the likelihood of the design and the fits')
+    p.add_argument('--torque-noise', type=float, default=0.0,
+                   help='torque noise std added and configured [N m] (0: exact torques, '
+                        'the equation error estimates its noise)')
     args = p.parse_args(argv)
+    likelihood = Likelihood(args.residual, args.torque_noise)
     jax.config.update('jax_enable_x64', True)
     truths = 1 if args.quick else args.truths
     builders = {'dp': case_dp, 'arm': case_arm}
-    entries: dict[str, str] = {}
+    entries = {'residual': args.residual, 'torque_noise': f'{args.torque_noise:g}'}
     for name in args.cases:
-        entries.update(run_case(builders[name](), truths, args.seed, args.quick))
+        entries.update(run_case(builders[name](likelihood), truths, args.seed, args.quick))
     if 'arm_seconds_ratio' in entries:
         entries['goal_met'] = str(float(entries['arm_seconds_ratio']) <= GOAL_SECONDS_RATIO)
     print('RESULT excitation ' + ' '.join(f'{k}={v}' for k, v in entries.items()), flush=True)

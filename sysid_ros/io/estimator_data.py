@@ -79,6 +79,7 @@ __all__ = [
     'check_bounds',
     'estimate_noise_std',
     'configured_noise_std',
+    'configured_torque_noise_std',
     'mocap_points',
     'shooting_problem',
     'filter_taps',
@@ -266,6 +267,17 @@ def configured_noise_std(problem: Problem) -> np.ndarray | None:
                         f'q of {joints}, then qd')
 
 
+def configured_torque_noise_std(problem: Problem) -> np.ndarray | None:
+    """(nv,) `data.torque_noise_std` per joint [N m or N], or None where it is not
+    configured.
+
+    Raises:
+      ConfigError: neither 1 value nor nv.
+    """
+    return _one_or_each(problem, 'data.torque_noise_std', problem.model.nv,
+                        f'one per joint: {", ".join(problem.model.joint_names)}')
+
+
 def _one_or_each(problem: Problem, key: str, count: int, each: str) -> np.ndarray | None:
     """The configured list `key` as (count,) values (one value stands for all), or None
     where it is empty; ConfigError naming `each` (what the count values are) for another
@@ -367,8 +379,7 @@ def equation_error_problem(problem: Problem, trajs: Sequence[Trajectory], theta=
     """
     cfg = problem.config
     nv = problem.model.nv
-    given = _one_or_each(problem, 'data.torque_noise_std', nv,
-                         f'one per joint: {", ".join(problem.model.joint_names)}')
+    given = configured_torque_noise_std(problem)
     if not trajs:
         raise DataError('no trajectories given')
     try:

@@ -6,9 +6,14 @@ The design (`core.excitation`) maximises the Fisher information of exactly the p
 the configuration frees (inertials, payload, friction, offsets), at a design point: the
 `--prior` estimate's values where given, else the configured start values moved at least
 `DESIGN_POINT_INSET` of each bound's width inside the bounds (a payload of nominal mass 0
-would carry no information about its position). Noise: the velocity std of `data.noise_std`
-(`DEFAULT_VELOCITY_STD` if none is configured) seen at `data.rate`
-(`core.excitation.information`). Prior: the uniform prior over the bounds as a Gaussian of
+would carry no information about its position). Likelihood: the configured one
+(`estimator.residual`). Noise: the velocity std of `data.noise_std` (`DEFAULT_VELOCITY_STD`
+if none is configured) seen at `data.rate` (`core.excitation.information`); for the equation
+error (`equation_noise`) the position and velocity stds of `data.noise_std` and the torque
+std of `data.torque_noise_std` (0 if none) through the causal Savitzky-Golay filter of
+`estimator.filter_window`, whose every L-th output the fit keeps, and the residual weights of
+`data.torque_noise_std`, or, when it is not configured, those the fit estimates from the
+residuals (their predicted root mean square). Prior: the uniform prior over the bounds as a Gaussian of
 the same variance (width^2 / 12), replaced by the `--prior` estimate's std where it has one.
 
 Files written by `write_excitation` into the output folder:
@@ -40,6 +45,7 @@ import yaml
 from sysid_ros.core.dynamics import control
 from sysid_ros.core.excitation import design as design_lib
 from sysid_ros.core.excitation import limits as limits_lib
+from sysid_ros.core.likelihoods import equation_error
 from sysid_ros.io import estimator_data
 from sysid_ros.io.config import config_error
 from sysid_ros.io.errors import InputError, located, read_yaml
@@ -196,6 +202,39 @@ def _velocity_std(problem: Problem) -> tuple[np.ndarray, str]:
     return configured[nv:], 'config'
 
 
+def _state_noise_std(problem: Problem) -> np.ndarray:
+    """(2 nv,) position and velocity noise std: `data.noise_std`, else the default velocity
+    std on both."""
+    configured = estimator_data.configured_noise_std(problem)
+    if configured is None:
+        return np.full(2 * problem.model.nv, DEFAULT_VELOCITY_STD)
+    return np.asarray(configured[:2 * problem.model.nv], dtype=float)
+
+
+def equation_noise(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int]:
+    """The equation error's noise after its filter (module doc): (state_var (3, nv) of the
+    filtered q, qd, qdd; torque_var (nv,) of the filtered torques; the configured torque
+    std (nv,) or None; the filter's taps L).
+
+    White noise of std s through a FIR of weights w has the std s |w|: the value kernel w0
+    smooths q and qd, the slope kernel w1 (of order 1 / (L dt)) turns the velocity noise into
+    the qdd noise that dominates the residual, and the torques are averaged over neighbouring
+    samples (`equation_error.filter_samples`) before the value kernel.
+    """
+    nv = problem.model.nv
+    taps = estimator_data.filter_taps(problem)
+    smooth, slope = equation_error.savitzky_golay_kernels(taps, problem.dt)
+    state = _state_noise_std(problem)
+    q_var, qd_var = np.square(state[:nv]), np.square(state[nv:])
+    state_var = np.stack([q_var * np.sum(smooth ** 2), qd_var * np.sum(smooth ** 2),
+                          qd_var * np.sum(slope ** 2)])
+    torque_std = estimator_data.configured_torque_noise_std(problem)
+    torque_gain = np.sum(np.convolve(smooth, [0.5, 0.5]) ** 2)
+    torque_var = (np.zeros(nv) if torque_std is None
+                  else np.square(torque_std) * torque_gain)
+    return state_var, torque_var, torque_std, taps
+
+
 def _require_additive(problem: Problem) -> str:
     """The configured actuator, if the command of a motion has a closed form with it."""
     actuator = problem.config.model.actuator
@@ -277,14 +316,20 @@ def design_problem(problem: Problem, prior: str | None = None,
     velocity_std, _ = _velocity_std(problem)
     rate = cfg.data.rate
     t_design = np.linspace(0.0, duration, max(int(round(duration * ex.design_rate)), 2) + 1)
+    samples = rate * duration / (len(t_design) - 1)          # recorded per design sample
+    noise = {}
+    if cfg.estimator.residual == 'equation_error':
+        state_var, torque_var, torque_std, taps = equation_noise(problem)
+        noise = dict(residual='equation_error', state_var=state_var, torque_var=torque_var,
+                     torque_std=torque_std)
+        samples /= taps                                       # the fit keeps every L-th
     return design_lib.DesignProblem(
         model=problem.model, spec=problem.spec, base=problem.base_params, theta=theta,
         actuator=cfg.model.actuator, limits=limits, q0=_start(problem, limits),
         duration=duration, base_frequency=ex.base_frequency, harmonics=ex.harmonics,
         t_design=t_design, t_check=_grid(duration, rate),
         accel_std=np.sqrt(2.0) * velocity_std * rate,
-        weight=rate * duration / (len(t_design) - 1), scale=scale,
-        prior_precision=precision)
+        weight=samples, scale=scale, prior_precision=precision, **noise)
 
 
 def _grid(duration: float, rate: float) -> np.ndarray:
@@ -492,9 +537,15 @@ def _summary(excitation: Excitation) -> dict:
         'log_det': result.log_det,
         'start_log_det': result.start_log_det,
         'condition_number': excitation.condition_number,
+        'residual': dp.residual,
         'noise': {'velocity_std': [float(v) for v in excitation.velocity_std],
-                  'acceleration_std': [float(v) for v in dp.accel_std],
-                  'source': excitation.noise_source},
+                  'source': excitation.noise_source,
+                  **({'acceleration_std': [float(v) for v in dp.accel_std]}
+                     if dp.residual == 'output_error' else
+                     {'filtered_state_std': np.sqrt(dp.state_var).tolist(),
+                      'filtered_torque_std': np.sqrt(dp.torque_var).tolist(),
+                      'torque_std': (None if dp.torque_std is None
+                                     else [float(v) for v in dp.torque_std])})},
         'parameters': {name: {'predicted_std': float(excitation.predicted_std[k]),
                               'prior_std': float(excitation.prior_std[k]),
                               'design_point': float(dp.theta[k]),

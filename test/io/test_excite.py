@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from sysid_ros import cli
+from sysid_ros.core.likelihoods import equation_error
 from sysid_ros.io import config as config_io
 from sysid_ros.io import excitation, pipeline
 from sysid_ros.io.errors import InputError
@@ -108,3 +109,23 @@ def test_a_joint_without_a_velocity_limit_is_a_config_error(tmp_path):
         config_io.from_dict(dict(CONFIG, excitation={'harmonics': 0}))
     with pytest.raises(InputError, match='joint_names'):
         excitation.load_joint_trajectory(tmp_path / 'config.yaml')
+
+
+def test_an_equation_error_configuration_designs_with_its_filtered_noise(tmp_path):
+    """estimator.residual: equation_error: the design takes the filter's noise (the slope
+    kernel of L taps turns the velocity noise into the qdd noise), one kept sample per L
+    recorded, and the configured torque std (else None: estimated)."""
+    config = dict(CONFIG, data={'rate': 50.0, 'noise_std': [1e-4, 1e-4, 1e-3, 1e-3]},
+                  estimator={'residual': 'equation_error', 'filter_window': 0.1})
+    problem = pipeline.build_problem(_write(str(tmp_path), config))
+    dp = excitation.design_problem(problem)
+    taps = 5
+    _, slope = equation_error.savitzky_golay_kernels(taps, 1.0 / 50.0)
+    assert dp.residual == 'equation_error' and dp.torque_std is None
+    np.testing.assert_allclose(dp.state_var[2], 1e-6 * np.sum(slope ** 2), rtol=1e-12)
+    np.testing.assert_allclose(dp.torque_var, 0.0)
+    assert dp.weight == pytest.approx(50.0 * 2.0 / (len(dp.t_design) - 1) / taps)
+    config['data'] = dict(config['data'], torque_noise_std=[0.1, 0.2])
+    dp = excitation.design_problem(pipeline.build_problem(_write(str(tmp_path), config)))
+    np.testing.assert_allclose(dp.torque_std, [0.1, 0.2])
+    assert np.all(dp.torque_var > 0.0) and np.all(dp.torque_var < [0.01, 0.04])

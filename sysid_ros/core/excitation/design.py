@@ -5,8 +5,11 @@ Objective (minimised over the coefficients c (2, nv, L) of `fourier.fourier_traj
 
     -1/M log det(S F(c) S + P) + w sum_k,j max(0, use_kj(c) - target)^2
 
-with F the Fisher information of the M free parameters at the design point theta
-(`information.fisher_information`, on a design grid), S = diag(scale) a scaling to unit-free
+with F the Fisher information of the M free parameters at the design point theta, in the
+form of the configured likelihood (`residual`: the output error's acceleration-space
+`information.fisher_information`, or the equation error's torque-space
+`information.equation_error_information` with the noise its filter leaves), on a design
+grid, S = diag(scale) a scaling to unit-free
 parameters (e.g. each bound's width) that makes the condition number meaningful, P the prior
 precision in those scaled units (the uniform prior over the bounds, 12 / width^2 scaled: 12,
 or a posterior's; it keeps the determinant finite when a parameter is not identifiable at all,
@@ -56,10 +59,17 @@ class DesignProblem:
       q0: (nv,) start and end position [rad, m].
       duration: [s]; base_frequency: f0 [Hz]; harmonics: L.
       t_design: (N,) design grid [s]; t_check: (K,) dense grid of the hard check [s].
-      accel_std: (nv,) noise std of an observed acceleration [rad/s^2, m/s^2].
-      weight: recorded samples per design-grid sample [-].
+      accel_std: (nv,) noise std of an observed acceleration [rad/s^2, m/s^2] (output
+        error).
+      weight: recorded (equation error: kept) samples per design-grid sample [-].
       scale: (M,) unit of each scaled parameter [physical units].
       prior_precision: (M,) diagonal prior precision in scaled units [-].
+      residual: the likelihood the recording will be fitted with, 'output_error' or
+        'equation_error'.
+      state_var: (3, nv) noise variance of the filtered q, qd, qdd (equation error).
+      torque_var: (nv,) noise variance of the filtered torques [N^2 m^2] (equation error).
+      torque_std: (nv,) configured residual std of the equation error [N m], or None: the
+        fit estimates it from the residuals.
     """
 
     model: RobotModel
@@ -78,6 +88,10 @@ class DesignProblem:
     weight: float
     scale: np.ndarray
     prior_precision: np.ndarray
+    residual: str = 'output_error'
+    state_var: np.ndarray | None = None
+    torque_var: np.ndarray | None = None
+    torque_std: np.ndarray | None = None
 
     @property
     def coeff_shape(self) -> tuple[int, int, int]:
@@ -126,6 +140,12 @@ def motion(problem: DesignProblem, coeffs, t) -> Motion:
 def information_matrix(problem: DesignProblem, coeffs) -> jax.Array:
     """(M, M) Fisher information of the coefficients' motion on the design grid."""
     m = motion(problem, coeffs, jnp.asarray(problem.t_design))
+    if problem.residual == 'equation_error':
+        return information.equation_error_information(
+            problem.model, problem.spec, problem.base, jnp.asarray(problem.theta), m.q, m.qd,
+            m.qdd, jnp.asarray(problem.state_var), jnp.asarray(problem.torque_var),
+            None if problem.torque_std is None else jnp.asarray(problem.torque_std),
+            problem.weight, problem.actuator)
     return information.fisher_information(
         problem.model, problem.spec, problem.base, jnp.asarray(problem.theta), m.q, m.qd,
         m.qdd, jnp.asarray(problem.accel_std), problem.weight, problem.actuator)
