@@ -28,7 +28,13 @@ config/panda_live.yaml: causal Savitzky-Golay filter of 0.05 s, i.e. 5 taps at 1
 pieces of EQUATION_WINDOW_S, short enough that lm's cluster-robust covariance has more
 pieces than parameters after 10 s); the design is made for the same likelihood (it reads
 the configuration). --torque-noise S adds N(0, S) to every recorded torque sample and
-configures data.torque_noise_std = S; without it the equation error estimates its noise. Reported per parameter: the Laplace std of
+configures data.torque_noise_std = S; without it the equation error estimates its noise.
+The equation error's model is the continuous dynamics, so its recordings are simulated with
+steps of SIM_STEP_S (4 kHz, as sim_robot runs for config/panda_live.yaml: at 100 Hz, RK4
+is unstable in the stiff smoothed Coulomb friction of the light wrist joints, tanh(qd / eps)
+with eps = 0.01 rad/s; the chatter left residuals of 0.8 N m on joint 6 at the truth over
+half a second of slow motion, 13 times the predicted noise); the output error's model is
+its integrator at the data rate, and its recordings come from that same integrator. Reported per parameter: the Laplace std of
 `lm` (`FitResult.std`) after T seconds of each and their ratio (designed / random), the
 errors |estimate - truth| / (bounds width), and the seconds of designed data needed to reach
 the random recording's std after T seconds: the designed recording is fitted on its first
@@ -101,6 +107,7 @@ GOAL_SECONDS_RATIO = 0.5                     # [-] the issue's goal on the arm
 AMPLITUDE_BISECTIONS = 12
 EQUATION_FILTER_S = 0.05                     # [s] config/panda_live.yaml's filter_window
 EQUATION_WINDOW_S = 0.5                      # [s] pieces of the equation error
+SIM_STEP_S = 2.5e-4                          # [s] equation error's simulator step (4 kHz)
 
 PANDA_JOINTS = heldout.PANDA_JOINTS
 PANDA_EFFORT = np.array([87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0])     # [N m] URDF
@@ -164,8 +171,17 @@ def random_torques(case: Case, problem, truth_params, t, designed_u, rng):
     cfg = problem.config.model
     states = simulation.rollout(problem.model, truth_params, jnp.asarray(x0), jnp.asarray(u[:-1]),
                                 problem.dt, integrator=cfg.integrator, actuator=cfg.actuator,
-                                substeps=problem.substeps)
+                                substeps=sim_substeps(problem))
     return np.asarray(states), u
+
+
+def sim_substeps(problem) -> int:
+    """Integration steps per sample of the simulated robot: the fit's own (output error:
+    its model is the integrator at the data rate), or for the equation error, whose model is
+    the continuous dynamics, steps of at most SIM_STEP_S."""
+    if problem.config.estimator.residual != 'equation_error':
+        return problem.substeps
+    return max(problem.substeps, int(np.ceil(problem.dt / SIM_STEP_S - 1e-9)))
 
 
 def _track(case: Case, problem, truth_params, x0, q, qd, qdd):
@@ -174,7 +190,7 @@ def _track(case: Case, problem, truth_params, x0, q, qd, qdd):
     states, u = _TRACK(problem.model, truth_params, problem.base_params, x0, q, qd, qdd,
                        problem.dt, jnp.asarray(case.effort), TRACKING_FREQUENCY,
                        integrator=cfg.integrator, actuator=cfg.actuator,
-                       substeps=problem.substeps)
+                       substeps=sim_substeps(problem))
     return np.asarray(states), np.asarray(u)
 
 
