@@ -3,19 +3,23 @@
 // The CPU path of `sysid_ros.core.dynamics.native` (issue 18): Pinocchio's articulated-body
 // algorithm and the reverse mode of it from Pinocchio's RNEA derivatives (Carpentier & Mansard
 // 2018) and body regressors, run particle by particle over a batch split across threads, with
-// per-particle inertial parameters, joint placements and armature. The tree (parents, joint types and axes,
-// gravity) arrives as call attributes; the JAX wrapper fixes the conventions:
+// per-particle inertial parameters, joint placements and armature. The tree (parents, joint
+// types and axes, gravity) arrives as call attributes; the JAX wrapper fixes the conventions:
 //   q, qd, tau, qdd, g: (B, nv); inertial: (B, nb, 10) [m, mc, Ixx, Ixy, Iyy, Ixz, Iyz, Izz]
 //   about the joint frame (Pinocchio's dynamic parameters); placement: (B, nb, 6) [x, y, z,
 //   roll, pitch, yaw] with R = Rz(yaw) Ry(pitch) Rx(roll); armature: (B, nb). float64 only.
 //
-// Built by sysid_ros/io/native_build.py (`make .venv`); loaded by sysid_ros/io/native.py.
+// Built (`make .venv`: python -m sysid_ros.io.native) and loaded by sysid_ros/io/native.py.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "pinocchio/algorithm/aba.hpp"
@@ -72,7 +76,7 @@ pinocchio::JointModel MakeJoint(bool prismatic, const double* axis) {
   return pinocchio::JointModelRevoluteUnaligned(a);
 }
 
-// A Pinocchio model of the tree with placeholder placements and inertias (SetParticle fills
+// A Pinocchio model of the tree with placeholder placements and inertias (Worker::Set fills
 // them); joint i of ours is Pinocchio's joint i + 1, nq = nv = nb.
 pinocchio::Model BuildModel(const Tree& tree) {
   pinocchio::Model model;
@@ -86,40 +90,108 @@ pinocchio::Model BuildModel(const Tree& tree) {
   return model;
 }
 
-// Writes one particle's parameters into `model`: placement (nb, 6), inertial (nb, 10),
-// armature (nb,).
-void SetParticle(pinocchio::Model& model, const double* placement, const double* inertial,
-                 const double* armature) {
-  const int nb = model.njoints - 1;
-  for (int i = 0; i < nb; ++i) {
-    const double* x = placement + 6 * i;
-    // R = Rz(yaw) Ry(pitch) Rx(roll), the URDF convention.
-    const double cr = std::cos(x[3]), sr = std::sin(x[3]);
-    const double cp = std::cos(x[4]), sp = std::sin(x[4]);
-    const double cy = std::cos(x[5]), sy = std::sin(x[5]);
-    Eigen::Matrix3d R;
-    R << cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr,
-         sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr,
-         -sp, cp * sr, cp * cr;
-    model.jointPlacements[i + 1] = pinocchio::SE3(R, Eigen::Vector3d(x[0], x[1], x[2]));
-    model.inertias[i + 1] =
-        pinocchio::Inertia::FromDynamicParameters(Eigen::Map<const Eigen::Matrix<double, 10, 1>>(
-            inertial + 10 * i));
-    model.armature[i] = armature[i];
+// One thread's copy of the model and its data; the thread writes particle after particle into
+// the model. Placements are rewritten only where they differ from the last particle's (their
+// rotations cost six sines and cosines per joint, and a batch often shares them).
+class Worker {
+ public:
+  explicit Worker(const pinocchio::Model& prototype)
+      : model(prototype),
+        data(model),
+        placement_(6 * (prototype.njoints - 1), std::numeric_limits<double>::quiet_NaN()) {}
+
+  // Writes one particle's placement (nb, 6), inertial (nb, 10) and armature (nb,).
+  void Set(const double* placement, const double* inertial, const double* armature) {
+    const int nb = model.njoints - 1;
+    if (!std::equal(placement_.begin(), placement_.end(), placement)) {
+      std::copy(placement, placement + 6 * nb, placement_.begin());
+      for (int i = 0; i < nb; ++i) {
+        const double* x = placement + 6 * i;
+        // R = Rz(yaw) Ry(pitch) Rx(roll), the URDF convention.
+        const double cr = std::cos(x[3]), sr = std::sin(x[3]);
+        const double cp = std::cos(x[4]), sp = std::sin(x[4]);
+        const double cy = std::cos(x[5]), sy = std::sin(x[5]);
+        Eigen::Matrix3d R;
+        R << cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr,
+             sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr,
+             -sp, cp * sr, cp * cr;
+        model.jointPlacements[i + 1] = pinocchio::SE3(R, Eigen::Vector3d(x[0], x[1], x[2]));
+      }
+    }
+    for (int i = 0; i < nb; ++i) {
+      model.inertias[i + 1] = pinocchio::Inertia::FromDynamicParameters(
+          Eigen::Map<const Eigen::Matrix<double, 10, 1>>(inertial + 10 * i));
+      model.armature[i] = armature[i];
+    }
   }
+
+  pinocchio::Model model;
+  pinocchio::Data data;
+
+ private:
+  std::vector<double> placement_;
+};
+
+// Idle workers by tree, kept between calls: a rollout calls the kernels once per step, and
+// building a model, copying it and allocating its data cost more than a small batch's dynamics.
+class WorkerCache {
+ public:
+  std::unique_ptr<Worker> Acquire(const Tree& tree) {
+    const std::string key = Key(tree);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto& idle = idle_[key];
+      if (!idle.empty()) {
+        std::unique_ptr<Worker> worker = std::move(idle.back());
+        idle.pop_back();
+        return worker;
+      }
+    }
+    return std::make_unique<Worker>(BuildModel(tree));
+  }
+
+  void Release(const Tree& tree, std::unique_ptr<Worker> worker) {
+    const std::string key = Key(tree);
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle_[key].push_back(std::move(worker));
+  }
+
+ private:
+  template <typename T>
+  static void Append(std::string& key, ffi::Span<const T> values) {
+    const size_t size = values.size();
+    key.append(reinterpret_cast<const char*>(&size), sizeof(size));
+    key.append(reinterpret_cast<const char*>(values.begin()), size * sizeof(T));
+  }
+
+  static std::string Key(const Tree& tree) {
+    std::string key;
+    Append(key, tree.parents);
+    Append(key, tree.prismatic);
+    Append(key, tree.axis);
+    Append(key, tree.gravity);
+    return key;
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::vector<std::unique_ptr<Worker>>> idle_;
+};
+
+WorkerCache& Cache() {
+  static WorkerCache* cache = new WorkerCache();  // never destroyed: no exit-order hazards
+  return *cache;
 }
 
-// Runs body(model, data, begin, end) on `threads` threads over [0, batch), each on its own
-// copy of the model and its own data. Small batches stay on the calling thread.
+// Runs body(worker, data, begin, end) on `threads` threads over [0, batch), each with its own
+// worker (model and data, from the cache). Small batches stay on the calling thread.
 template <typename Body>
 void ParallelFor(const Tree& tree, int64_t batch, int64_t threads, Body body) {
   constexpr int64_t kMinPerThread = 16;
   threads = std::max<int64_t>(1, std::min(threads, batch / kMinPerThread));
-  const pinocchio::Model prototype = BuildModel(tree);
   auto run = [&](int64_t begin, int64_t end) {
-    pinocchio::Model model = prototype;
-    pinocchio::Data data(model);
-    body(model, data, begin, end);
+    std::unique_ptr<Worker> worker = Cache().Acquire(tree);
+    body(*worker, worker->data, begin, end);
+    Cache().Release(tree, std::move(worker));
   };
   std::vector<std::thread> workers;
   const int64_t chunk = (batch + threads - 1) / threads;
@@ -166,10 +238,11 @@ ffi::Error AbaImpl(F64 q, F64 qd, F64 tau, F64 inertial, F64 placement, F64 arma
     return ffi::Error::InvalidArgument("sysid dynamics: q, qd, tau differ in size");
   }
   ParallelFor(tree, batch, num_threads,
-              [&](pinocchio::Model& model, pinocchio::Data& data, int64_t begin, int64_t end) {
+              [&](Worker& worker, pinocchio::Data& data, int64_t begin, int64_t end) {
+    const pinocchio::Model& model = worker.model;
     for (int64_t b = begin; b < end; ++b) {
-      SetParticle(model, placement.typed_data() + 6 * nb * b, inertial.typed_data() + 10 * nb * b,
-                  armature.typed_data() + nb * b);
+      worker.Set(placement.typed_data() + 6 * nb * b, inertial.typed_data() + 10 * nb * b,
+                 armature.typed_data() + nb * b);
       OutVec(qdd->typed_data() + nb * b, nb) = pinocchio::aba(
           model, data, Vec(q.typed_data() + nb * b, nb), Vec(qd.typed_data() + nb * b, nb),
           Vec(tau.typed_data() + nb * b, nb), pinocchio::Convention::LOCAL);
@@ -204,13 +277,14 @@ ffi::Error AbaVjpImpl(F64 q, F64 qd, F64 qdd_in, F64 inertial, F64 placement, F6
     return ffi::Error::InvalidArgument("sysid dynamics: q, qd, qdd, g differ in size");
   }
   ParallelFor(tree, batch, num_threads,
-              [&](pinocchio::Model& model, pinocchio::Data& data, int64_t begin, int64_t end) {
+              [&](Worker& worker, pinocchio::Data& data, int64_t begin, int64_t end) {
+    const pinocchio::Model& model = worker.model;
     Eigen::VectorXd lambda(nb);
     Eigen::LLT<Eigen::MatrixXd> llt(nb);
     std::vector<pinocchio::Motion> w(model.njoints);
     for (int64_t b = begin; b < end; ++b) {
-      SetParticle(model, placement.typed_data() + 6 * nb * b, inertial.typed_data() + 10 * nb * b,
-                  armature.typed_data() + nb * b);
+      worker.Set(placement.typed_data() + 6 * nb * b, inertial.typed_data() + 10 * nb * b,
+                 armature.typed_data() + nb * b);
       const Vec q_b(q.typed_data() + nb * b, nb), qd_b(qd.typed_data() + nb * b, nb);
       const Vec qdd_b(qdd_in.typed_data() + nb * b, nb), g_b(g.typed_data() + nb * b, nb);
       // dtau_dq, dtau_dv and M (upper triangle, armature included).
