@@ -6,8 +6,9 @@
 // per-particle inertial parameters, joint placements and armature. The tree (parents, joint
 // types and axes, gravity) arrives as call attributes; the JAX wrapper fixes the conventions:
 //   q, qd, tau, qdd, g: (B, nv); inertial: (B, nb, 10) [m, mc, Ixx, Ixy, Iyy, Ixz, Iyz, Izz]
-//   about the joint frame (Pinocchio's dynamic parameters); placement: (B, nb, 6) [x, y, z,
-//   roll, pitch, yaw] with R = Rz(yaw) Ry(pitch) Rx(roll); armature: (B, nb). float64 only.
+//   about the joint frame (Pinocchio's dynamic parameters); placement: (B, nb, 12) each joint
+//   frame in its parent's, rotation (row-major 3x3) then translation [m]; armature: (B, nb).
+//   float64 only.
 //
 // Built (`make .venv`: python -m sysid_ros.io.native) and loaded by sysid_ros/io/native.py.
 
@@ -91,31 +92,26 @@ pinocchio::Model BuildModel(const Tree& tree) {
 }
 
 // One thread's copy of the model and its data; the thread writes particle after particle into
-// the model. Placements are rewritten only where they differ from the last particle's (their
-// rotations cost six sines and cosines per joint, and a batch often shares them).
+// the model. Placements are rewritten only where they differ from the last particle's (a batch
+// often shares them).
 class Worker {
  public:
   explicit Worker(const pinocchio::Model& prototype)
       : model(prototype),
         data(model),
-        placement_(6 * (prototype.njoints - 1), std::numeric_limits<double>::quiet_NaN()) {}
+        placement_(12 * (prototype.njoints - 1), std::numeric_limits<double>::quiet_NaN()) {}
 
-  // Writes one particle's placement (nb, 6), inertial (nb, 10) and armature (nb,).
+  // Writes one particle's placement (nb, 12): rotation (row-major) and translation of each
+  // joint frame in its parent's; inertial (nb, 10) and armature (nb,).
   void Set(const double* placement, const double* inertial, const double* armature) {
     const int nb = model.njoints - 1;
     if (!std::equal(placement_.begin(), placement_.end(), placement)) {
-      std::copy(placement, placement + 6 * nb, placement_.begin());
+      std::copy(placement, placement + 12 * nb, placement_.begin());
       for (int i = 0; i < nb; ++i) {
-        const double* x = placement + 6 * i;
-        // R = Rz(yaw) Ry(pitch) Rx(roll), the URDF convention.
-        const double cr = std::cos(x[3]), sr = std::sin(x[3]);
-        const double cp = std::cos(x[4]), sp = std::sin(x[4]);
-        const double cy = std::cos(x[5]), sy = std::sin(x[5]);
-        Eigen::Matrix3d R;
-        R << cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr,
-             sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr,
-             -sp, cp * sr, cp * cr;
-        model.jointPlacements[i + 1] = pinocchio::SE3(R, Eigen::Vector3d(x[0], x[1], x[2]));
+        const double* x = placement + 12 * i;
+        model.jointPlacements[i + 1] = pinocchio::SE3(
+            Eigen::Map<const Eigen::Matrix<double, 3, 3, Eigen::RowMajor>>(x),
+            Eigen::Map<const Eigen::Vector3d>(x + 9));
       }
     }
     for (int i = 0; i < nb; ++i) {
@@ -210,7 +206,7 @@ using OutVec = Eigen::Map<Eigen::VectorXd>;
 ffi::Error CheckBatch(int64_t batch, int64_t nb, size_t states, size_t inertial,
                       size_t placement, size_t armature) {
   const size_t b = static_cast<size_t>(batch), n = static_cast<size_t>(nb);
-  if (states != b * n || inertial != 10 * b * n || placement != 6 * b * n || armature != b * n) {
+  if (states != b * n || inertial != 10 * b * n || placement != 12 * b * n || armature != b * n) {
     return ffi::Error::InvalidArgument(
         "sysid dynamics: operands must share one batch shape (vmap_method='broadcast_all')");
   }
@@ -241,7 +237,7 @@ ffi::Error AbaImpl(F64 q, F64 qd, F64 tau, F64 inertial, F64 placement, F64 arma
               [&](Worker& worker, pinocchio::Data& data, int64_t begin, int64_t end) {
     const pinocchio::Model& model = worker.model;
     for (int64_t b = begin; b < end; ++b) {
-      worker.Set(placement.typed_data() + 6 * nb * b, inertial.typed_data() + 10 * nb * b,
+      worker.Set(placement.typed_data() + 12 * nb * b, inertial.typed_data() + 10 * nb * b,
                  armature.typed_data() + nb * b);
       OutVec(qdd->typed_data() + nb * b, nb) = pinocchio::aba(
           model, data, Vec(q.typed_data() + nb * b, nb), Vec(qd.typed_data() + nb * b, nb),
@@ -283,7 +279,7 @@ ffi::Error AbaVjpImpl(F64 q, F64 qd, F64 qdd_in, F64 inertial, F64 placement, F6
     Eigen::LLT<Eigen::MatrixXd> llt(nb);
     std::vector<pinocchio::Motion> w(model.njoints);
     for (int64_t b = begin; b < end; ++b) {
-      worker.Set(placement.typed_data() + 6 * nb * b, inertial.typed_data() + 10 * nb * b,
+      worker.Set(placement.typed_data() + 12 * nb * b, inertial.typed_data() + 10 * nb * b,
                  armature.typed_data() + nb * b);
       const Vec q_b(q.typed_data() + nb * b, nb), qd_b(qd.typed_data() + nb * b, nb);
       const Vec qdd_b(qdd_in.typed_data() + nb * b, nb), g_b(g.typed_data() + nb * b, nb);

@@ -44,12 +44,25 @@ def _attributes(model: RobotModel) -> dict:
                 num_threads=np.int64(default_threads()))
 
 
+def _frames(placement):
+    """(nb, 6) placements [x, y, z, roll, pitch, yaw] -> (nb, 12) rows of R = Rz Ry Rx, then
+    the translation: the rotations vectorise here, where the kernel would take scalar sines."""
+    roll, pitch, yaw = placement[..., 3], placement[..., 4], placement[..., 5]
+    cr, sr, cp, sp = jnp.cos(roll), jnp.sin(roll), jnp.cos(pitch), jnp.sin(pitch)
+    cy, sy = jnp.cos(yaw), jnp.sin(yaw)
+    return jnp.stack([cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr,
+                      sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr,
+                      -sp, cp * sr, cp * cr,
+                      placement[..., 0], placement[..., 1], placement[..., 2]], axis=-1)
+
+
 def _operands(params: Params, q, qd, tau):
-    """The kernels' float64 operands: q, qd, tau, inertial, placement, armature."""
+    """The kernels' float64 operands: q, qd, tau, inertial, placement frames, armature."""
     if not jax.config.jax_enable_x64:
         raise ValueError('native.aba computes in float64: enable jax_enable_x64')
-    return tuple(jnp.asarray(x, jnp.float64) for x in (
+    q, qd, tau, inertial, placement, armature = (jnp.asarray(x, jnp.float64) for x in (
         q, qd, tau, params.inertial, params.placement, params.armature))
+    return q, qd, tau, inertial, _frames(placement), armature
 
 
 def _aba_call(model: RobotModel, operands):
