@@ -55,6 +55,7 @@ from sysid_ros.io.trajectory import Trajectory, save_trajectory
 __all__ = [
     'DEFAULT_VELOCITY_STD',
     'DESIGN_POINT_INSET',
+    'EFFORT_PRIOR_STDS',
     'USE_TOLERANCE',
     'Excitation',
     'JointTrajectoryData',
@@ -70,6 +71,7 @@ __all__ = [
 
 DEFAULT_VELOCITY_STD = 1e-3     # [rad/s] velocity noise std without data.noise_std
 DESIGN_POINT_INSET = 0.1        # [-] share of each bound's width the design point keeps inside
+EFFORT_PRIOR_STDS = 2.0         # [-] prior stds over which the effort limits must hold
 USE_TOLERANCE = 1e-9            # [-] a use ratio up to 1 + this passes the check
 _UNIFORM_PRECISION = 12.0       # [-] 1 / variance of a uniform distribution of unit width
 
@@ -329,7 +331,19 @@ def design_problem(problem: Problem, prior: str | None = None,
         duration=duration, base_frequency=ex.base_frequency, harmonics=ex.harmonics,
         t_design=t_design, t_check=_grid(duration, rate),
         accel_std=np.sqrt(2.0) * velocity_std * rate,
-        weight=samples, scale=scale, prior_precision=precision, **noise)
+        weight=samples, scale=scale, prior_precision=precision,
+        effort_radius=effort_radius(problem, theta, scale, precision), **noise)
+
+
+def effort_radius(problem: Problem, theta, scale, precision) -> np.ndarray:
+    """(M,) how far each parameter may still lie from the design point theta (M,) [physical
+    units]: EFFORT_PRIOR_STDS prior stds (scale / sqrt(precision)), at most the distance to
+    the farther bound; the effort limits hold over that box (`design.effort_envelope`)."""
+    lower, upper = np.asarray(problem.spec.lower), np.asarray(problem.spec.upper)
+    farther = np.maximum(upper - theta, theta - lower)
+    with np.errstate(divide='ignore'):
+        prior = EFFORT_PRIOR_STDS * scale / np.sqrt(precision)
+    return np.where(np.isfinite(np.minimum(farther, prior)), np.minimum(farther, prior), 0.0)
 
 
 def _grid(duration: float, rate: float) -> np.ndarray:

@@ -105,6 +105,22 @@ def test_equation_error_information_with_estimated_noise_is_the_fisher_informati
     np.testing.assert_allclose(np.asarray(info), np.asarray(expected), rtol=1e-10)
 
 
+def test_effort_envelope_adds_each_parameters_reach(pendulum):
+    """The commands are linear in the dampings: the envelope over dampings within r of theta
+    is |u| + r |qd| per joint, and without a radius it is |u|."""
+    import dataclasses
+    problem, _ = pendulum
+    radius = np.array([0.0, 0.0, 0.05, 0.2])
+    robust = dataclasses.replace(problem, effort_radius=radius)
+    coeffs = 0.2 * np.random.default_rng(3).normal(size=problem.coeff_shape)
+    m = design.motion(problem, jnp.asarray(coeffs), jnp.asarray(problem.t_design))
+    np.testing.assert_allclose(np.asarray(design.effort_envelope(problem, m)),
+                               np.abs(np.asarray(m.u)))
+    np.testing.assert_allclose(np.asarray(design.effort_envelope(robust, m)),
+                               np.abs(np.asarray(m.u)) + np.abs(np.asarray(m.qd)) * [0.05, 0.2],
+                               rtol=1e-10)
+
+
 def test_objective_gradient_matches_finite_differences(pendulum):
     problem, fns = pendulum
     rng = np.random.default_rng(1)

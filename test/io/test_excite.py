@@ -129,3 +129,12 @@ def test_an_equation_error_configuration_designs_with_its_filtered_noise(tmp_pat
     dp = excitation.design_problem(pipeline.build_problem(_write(str(tmp_path), config)))
     np.testing.assert_allclose(dp.torque_std, [0.1, 0.2])
     assert np.all(dp.torque_var > 0.0) and np.all(dp.torque_var < [0.01, 0.04])
+
+
+def test_the_effort_limits_hold_over_two_prior_stds_within_the_bounds(tmp_path):
+    problem = pipeline.build_problem(_write(str(tmp_path), CONFIG))
+    dp = excitation.design_problem(problem)
+    width = np.asarray(problem.spec.upper - problem.spec.lower)
+    farther = np.maximum(problem.spec.upper - dp.theta, dp.theta - problem.spec.lower)
+    expected = np.minimum(farther, excitation.EFFORT_PRIOR_STDS * width / np.sqrt(12.0))
+    np.testing.assert_allclose(dp.effort_radius, expected)

@@ -14,7 +14,10 @@ parameters (e.g. each bound's width) that makes the condition number meaningful,
 precision in those scaled units (the uniform prior over the bounds, 12 / width^2 scaled: 12,
 or a posterior's; it keeps the determinant finite when a parameter is not identifiable at all,
 e.g. an inertia about an axis that a planar motion never turns), and the use ratios of
-`limits.usage` of the positions, velocities, accelerations and commands. D-optimality
+`limits.usage` of the positions, velocities, accelerations and commands (the commands'
+envelope over the parameters the prior still allows, `effort_envelope`: a motion planned at
+theta alone saturated the double pendulum's motors for 2 of 5 hidden truths and lost
+tracking). D-optimality
 (log det) minimises the volume of the confidence ellipsoid; unlike the condition number of
 the classic designs it is invariant to the units (S only adds a constant), smooth, and
 rewards information on every parameter that is still uncertain given the prior.
@@ -70,6 +73,9 @@ class DesignProblem:
       torque_var: (nv,) noise variance of the filtered torques [N^2 m^2] (equation error).
       torque_std: (nv,) configured residual std of the equation error [N m], or None: the
         fit estimates it from the residuals.
+      effort_radius: (M,) how far each parameter may lie from theta [physical units]: the
+        effort limits must hold for the commands of every such parameter (`effort_envelope`);
+        None: at theta only.
     """
 
     model: RobotModel
@@ -92,6 +98,7 @@ class DesignProblem:
     state_var: np.ndarray | None = None
     torque_var: np.ndarray | None = None
     torque_std: np.ndarray | None = None
+    effort_radius: np.ndarray | None = None
 
     @property
     def coeff_shape(self) -> tuple[int, int, int]:
@@ -114,7 +121,8 @@ class DesignResult(NamedTuple):
     Attributes:
       coeffs: (2, nv, L) the designed coefficients [rad, m].
       log_det: log det(S F S + P) of the design [-].
-      start_log_det: the same of the random starting motion [-].
+      start_log_det: the same of the random starting motion scaled into the limits
+        (the optimiser starts from it unscaled: the penalty pulls it in) [-].
       iterations: L-BFGS iterations; message: scipy's reason for stopping.
       shrink: factor (<= 1) the optimised coefficients were scaled by to pass the check.
     """
@@ -135,6 +143,23 @@ def motion(problem: DesignProblem, coeffs, t) -> Motion:
     u = jax.vmap(lambda a, b, c: command_torque(
         problem.model, params, a, b, c, problem.actuator))(q, qd, qdd)
     return Motion(t, q, qd, qdd, u)
+
+
+def effort_envelope(problem: DesignProblem, m: Motion) -> jax.Array:
+    """(T, nv) largest |command| over the parameters within `effort_radius` of theta, to first
+    order: |u| + sum_m |du/dtheta_m| radius_m (exact for the inertial parameters of a body and
+    the friction coefficients, in which the command is linear); |u| without a radius."""
+    if problem.effort_radius is None:
+        return jnp.abs(m.u)
+    theta = jnp.asarray(problem.theta)
+
+    def jacobian(q, qd, qdd):
+        return jax.jacfwd(lambda th: command_torque(
+            problem.model, problem.spec.to_params(th, problem.base), q, qd, qdd,
+            problem.actuator))(theta)                                            # (nv, M)
+
+    jac = jax.vmap(jacobian)(m.q, m.qd, m.qdd)
+    return jnp.abs(m.u) + jnp.abs(jac) @ jnp.asarray(problem.effort_radius)
 
 
 def information_matrix(problem: DesignProblem, coeffs) -> jax.Array:
@@ -166,7 +191,7 @@ def log_det(problem: DesignProblem, info) -> jax.Array:
 def objective(problem: DesignProblem, coeffs) -> jax.Array:
     """The minimised objective of the module doc."""
     m = motion(problem, coeffs, jnp.asarray(problem.t_design))
-    use = limits_lib.usage(problem.limits, m.q, m.qd, m.qdd, m.u)
+    use = limits_lib.usage(problem.limits, m.q, m.qd, m.qdd, effort_envelope(problem, m))
     return (-log_det(problem, information_matrix(problem, coeffs)) / problem.spec.num_params
             + PENALTY_WEIGHT * limits_lib.penalty(use, PENALTY_TARGET))
 
@@ -174,7 +199,8 @@ def objective(problem: DesignProblem, coeffs) -> jax.Array:
 def checked_motion(problem: DesignProblem, coeffs) -> tuple[Motion, limits_lib.Usage]:
     """The motion on the dense grid `t_check` and the peak use of each limit, (nv,) each."""
     m = motion(problem, coeffs, jnp.asarray(problem.t_check))
-    return m, limits_lib.peak(limits_lib.usage(problem.limits, m.q, m.qd, m.qdd, m.u))
+    return m, limits_lib.peak(limits_lib.usage(problem.limits, m.q, m.qd, m.qdd,
+                                               effort_envelope(problem, m)))
 
 
 class DesignFunctions(NamedTuple):
@@ -279,6 +305,7 @@ def design_trajectory(problem: DesignProblem, key, iterations: int = 200,
     coeffs = np.reshape(result.x, shape)
     shrink = largest_scale(peak, coeffs, 1.0)
     coeffs = shrink * coeffs
+    start_log_det = criterion(largest_scale(peak, start, 1.0) * start)
     return DesignResult(coeffs=coeffs, log_det=criterion(coeffs),
-                        start_log_det=criterion(start), iterations=int(result.nit),
+                        start_log_det=start_log_det, iterations=int(result.nit),
                         message=str(result.message), shrink=shrink)
