@@ -190,6 +190,61 @@ def test_profiled_start_log_likelihood_and_its_gradient(monkeypatch):
     np.testing.assert_allclose(grad, fd, rtol=0, atol=1e-7 * np.max(np.abs(fd)))
 
 
+def test_carried_start_profile_reaches_the_fitted_profile():
+    """A carried `StartProfile` (what csvgd keeps per particle): refreshed on new data it
+    holds the starts of PROFILE_ITERATIONS Gauss-Newton steps and the Jacobian they used;
+    evaluated at fixed parameters its chord steps reach the fully fitted starts, its
+    log-likelihood the profiled one and its gradient (envelope of the linearised profile)
+    finite differences of the converged profile, to the chord's small bias; a refresh on the
+    same data takes one Gauss-Newton step from the carried starts (to the fitted ones), and
+    new data refit from the measured ones."""
+    measured = _setting(num_windows=1, combine='product')
+    profiled = dataclasses.replace(measured, start='profiled')
+    clean = _data(measured)
+    offset = jnp.asarray([[0.02, -0.01, 0.03, 0.01], [-0.01, 0.02, -0.02, 0.03]])
+    data = clean._replace(x0=clean.x0 + offset,
+                          observations=clean.observations.at[:, 0].add(offset))
+    params_fn = dp.make_params_fn()
+    theta = jnp.asarray(dp.theta_from_lengths([1.1, 1.9]))
+    no_shooting = jnp.zeros((2, 0, 4))
+    refresh = jax.jit(lambda t, d, p: lk.refresh_start_profile(profiled, params_fn(t), d, p))
+
+    def carried(t, p):
+        terms = lk.log_likelihood(profiled, params_fn(t), no_shooting, data, profile=p)
+        return terms.log_lik, terms.profile
+    evaluate = jax.jit(jax.value_and_grad(carried, has_aux=True))
+    converged = jax.jit(lambda t: lk.fit_window_starts(measured, params_fn(t), data, 8))
+    at_fitted = jax.jit(lambda t, s: lk.log_likelihood(measured, params_fn(t), no_shooting,
+                                                       data._replace(x0=s)).log_lik)
+
+    empty = lk.start_profile(profiled, data)
+    assert bool(lk.profile_due(empty, data))
+    profile = refresh(theta, data, empty)
+    np.testing.assert_allclose(profile.starts, lk.fit_window_starts(
+        measured, params_fn(theta), data, lk.PROFILE_ITERATIONS), atol=1e-12)
+    assert not bool(lk.profile_due(profile, data))
+    best = converged(theta)
+    for _ in range(4):
+        (value, profile), grad = evaluate(theta, profile)
+    h = 1e-6
+    fd = np.array([(at_fitted(theta + h * e, converged(theta + h * e))
+                    - at_fitted(theta - h * e, converged(theta - h * e))) / (2 * h)
+                   for e in np.eye(len(theta))])
+    # The chord steps stop where J0^T r = 0 for the Jacobian J0 of the refresh, off the
+    # optimum by the drift of J times the residual: here 2.8e-4 noise stds, 6e-7 in the
+    # log-likelihood and 1.9e-4 of the gradient (measured).
+    np.testing.assert_array_less(np.abs(profile.starts - best) / NOISE, 1e-3)
+    np.testing.assert_allclose(value, at_fitted(theta, best), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(grad, fd, rtol=0, atol=1e-3 * np.max(np.abs(fd)))
+    assert int(profile.age) == 4
+    again = refresh(theta, data, profile._replace(age=jnp.asarray(lk.PROFILE_REFRESH)))
+    assert bool(lk.profile_due(profile._replace(age=jnp.asarray(lk.PROFILE_REFRESH)), data))
+    np.testing.assert_array_less(np.abs(again.starts - best) / NOISE, 1e-4)  # 7e-6
+    other = clean._replace(x0=clean.x0 - offset)
+    assert bool(lk.profile_due(again, other))
+    np.testing.assert_array_equal(refresh(theta, other, again).x0, other.x0)
+
+
 def test_residual_noise_std_recovers_the_noise_of_the_data():
     """Gaussian noise of known std on a true trajectory: the residuals at the truth, starts
     fitted, give that std per dimension (within sampling error), whatever the assumed one."""

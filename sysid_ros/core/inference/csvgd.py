@@ -97,6 +97,8 @@ class CSVGDState(NamedTuple):
       multiplier_rate: () alpha, gradient-ascent rate of the multipliers.
       damping: () mu, weight of MDMM's damping term. Both are array leaves: change them with
         `state._replace(...)` without recompiling `step`.
+      profile: with `start: profiled`, each particle's carried `likelihood.StartProfile`
+        (leaves with a leading P axis; refitted when `likelihood.profile_due`), else None.
     """
 
     theta: jax.Array
@@ -108,6 +110,7 @@ class CSVGDState(NamedTuple):
     num_reseeded: jax.Array
     multiplier_rate: jax.Array
     damping: jax.Array
+    profile: Any = None
 
 
 class CSVGDInfo(NamedTuple):
@@ -142,7 +145,8 @@ def split_particles(spec: parameters.ParameterSpec, likelihood: lik.ShootingLike
 def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpec,
                optimizer: optax.GradientTransformation, *, base_params: Params | None = None,
                params_fn: Callable | None = None, multiplier_rate: float = 0.3, damping: float = 10.0, kernel: str = 'parameters',
-               jacobian: bool = True, jitter: float = 0.05, mesh='auto') -> Kernel:
+               jacobian: bool = True, jitter: float = 0.05, mesh='auto',
+               carry_start: bool = True) -> Kernel:
     """CSVGD estimator over parameters and shooting states (see the module doc).
 
     Args:
@@ -163,6 +167,10 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
       jacobian: include log |det d theta / d z| (posterior in physical space; see `svgd`).
       jitter: standard deviation of the re-seeding jitter in z.
       mesh: 'auto' (shard particles when several devices exist), None or a jax Mesh.
+      carry_start: with `start: profiled`, carry each particle's start profile from step to
+        step (`CSVGDState.profile`, `likelihood.StartProfile`); False fits it from the
+        measured start in every step (the reference the carried profile was measured
+        against, `bench/profiled_start.py`).
 
     Returns:
       Kernel with `init(key, theta, data) -> CSVGDState` (theta (P, M) physical, e.g.
@@ -185,34 +193,50 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
         raise ValueError(f'csvgd: damping: expected >= 0, got {damping!r}')
     m = spec.num_params
 
-    def log_density(x, data, prior):
-        """Per particle: (log p(x), normalised defects (C,)), log-likelihood as aux."""
+    profiled = carry_start and getattr(likelihood, 'start', 'measured') == 'profiled'
+
+    def log_density(x, data, prior, profile):
+        """Per particle: (log p(x), normalised defects (C,)); (log-likelihood, carried start
+        profile) as aux."""
         z = x[:m]
         theta = spec.from_unconstrained(z)
         shooting = data.state_mean + data.state_scale * x[m:].reshape(
             likelihood.shooting_shape(data))
-        terms = lik.log_likelihood(likelihood, params_fn(theta), shooting, data)
+        if profile is None:
+            terms = lik.log_likelihood(likelihood, params_fn(theta), shooting, data)
+        else:
+            terms = lik.log_likelihood(likelihood, params_fn(theta), shooting, data,
+                                       profile=profile)
         log_prob = terms.log_lik
         if jacobian:
             log_prob = log_prob + svgd.log_abs_det_jacobian(spec, z)
         if prior is not None:
             log_prob = log_prob + prior.log_density(theta)
-        return (log_prob, terms.defects.reshape(-1)), terms.log_lik
+        return (log_prob, terms.defects.reshape(-1)), (terms.log_lik, terms.profile)
 
-    def scores(x, multipliers, damping, weight, data, prior):
+    def scores(x, multipliers, damping, weight, data, prior, profile):
         """Per particle: the score of log p and the gradient of the constraint terms
         w (lambda . c + mu / 2 |c|^2), from one forward and one (batched) backward pass."""
-        (log_prob, defects), pullback, log_lik = jax.vjp(
-            lambda v: log_density(v, data, prior), x, has_aux=True)
+        (log_prob, defects), pullback, (log_lik, profile) = jax.vjp(
+            lambda v: log_density(v, data, prior, profile), x, has_aux=True)
         # Both cotangents through one vmapped backward pass: the checkpointed simulation is
         # recomputed once instead of twice (~20 % of a step on the 11-parameter pendulum).
         cotangents = (jnp.stack([jnp.ones_like(log_prob), jnp.zeros_like(log_prob)]),
                       jnp.stack([jnp.zeros_like(defects),
                                  weight * (multipliers + damping * defects)]))
         (both,) = jax.vmap(pullback)(cotangents)
-        return log_prob, log_lik, defects, both[0], both[1]
+        return log_prob, log_lik, defects, both[0], both[1], profile
 
-    batched_scores = jax.vmap(scores, in_axes=(0, 0, None, None, None, None))
+    batched_scores = jax.vmap(scores, in_axes=(0, 0, None, None, None, None, 0))
+
+    def refreshed(x, data, profile):
+        """The particles' carried start profiles, refitted where `likelihood.profile_due`
+        says (one decision for all particles, so the fit runs only when due)."""
+        def refit(profile):
+            theta = spec.from_unconstrained(x[:, :m])
+            return jax.vmap(lambda t, p: lik.refresh_start_profile(
+                likelihood, params_fn(t), data, p))(theta, profile)
+        return jax.lax.cond(lik.profile_due(profile, data), refit, lambda p: p, profile)
 
     def constraint_weight(data):
         """w = H mean_o (state_scale_o / noise_std_o)^2 (see the module doc); for motion
@@ -244,16 +268,22 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
         s_hat = jnp.broadcast_to(s_hat.reshape(1, -1), (num, s_hat.size)).astype(z.dtype)
         particles = jnp.concatenate([z, s_hat], axis=1)
         multipliers = jnp.zeros((num, likelihood.num_constraints(data)), z.dtype)
+        profile = None
+        if profiled:
+            empty = lik.start_profile(likelihood, data)
+            profile = jax.tree_util.tree_map(
+                lambda leaf: jnp.broadcast_to(leaf, (num,) + leaf.shape), empty)
         active_mesh = svgd.resolve_mesh(mesh, num)
-        theta_z, particles, multipliers, opt_state = svgd.shard_particles(
-            (spec.from_unconstrained(z), particles, multipliers, optimizer.init(particles)),
-            active_mesh, num)
+        theta_z, particles, multipliers, opt_state, profile = svgd.shard_particles(
+            (spec.from_unconstrained(z), particles, multipliers, optimizer.init(particles),
+             profile), active_mesh, num)
         key, counter, rate, mu = svgd.replicate(
             (key, jnp.zeros((), jnp.int32), jnp.asarray(multiplier_rate, z.dtype),
              jnp.asarray(damping, z.dtype)), active_mesh)
         return CSVGDState(theta=theta_z, particles=particles, multipliers=multipliers,
                           opt_state=opt_state, key=key, iteration=counter,
-                          num_reseeded=counter, multiplier_rate=rate, damping=mu)
+                          num_reseeded=counter, multiplier_rate=rate, damping=mu,
+                          profile=profile)
 
     def step(state: CSVGDState, data: lik.TrajectoryData,
              prior: GaussianPrior | None = None):
@@ -264,8 +294,12 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
 
         # 1. Per particle: score of log p and gradient of the constraint terms of its
         #    Lagrangian; all simulations of all particles in one vmapped call.
-        log_prob, log_lik, defects, score, constraint = batched_scores(
-            x, multipliers, state.damping, constraint_weight(data), data, prior)
+        #    A carried start profile is refitted first where due.
+        profile = state.profile
+        if profiled:
+            profile = refreshed(x, data, profile)
+        log_prob, log_lik, defects, score, constraint, profile = batched_scores(
+            x, multipliers, state.damping, constraint_weight(data), data, prior, profile)
         finite = (jnp.isfinite(log_prob) & jnp.all(jnp.isfinite(score), axis=-1)
                   & jnp.all(jnp.isfinite(constraint), axis=-1)
                   & jnp.all(jnp.isfinite(defects), axis=-1))
@@ -289,18 +323,19 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
         #    shooting states, multipliers and optimiser moments fit its trajectory).
         key, sub = jax.random.split(state.key)
         bad = ~finite
-        x_new, (multipliers_new, opt_state) = svgd.reseed_nonfinite(
-            sub, x_new, bad, jitter, extra=(multipliers_new, opt_state),
+        x_new, (multipliers_new, opt_state, profile) = svgd.reseed_nonfinite(
+            sub, x_new, bad, jitter, extra=(multipliers_new, opt_state, profile),
             jitter_mask=np.arange(dim) < m)
 
-        x_new, multipliers_new, opt_state = svgd.shard_particles(
-            (x_new, multipliers_new, opt_state), active_mesh, num, constrain=True)
+        x_new, multipliers_new, opt_state, profile = svgd.shard_particles(
+            (x_new, multipliers_new, opt_state, profile), active_mesh, num, constrain=True)
         num_bad = jnp.sum(bad).astype(jnp.int32)
         new_state = CSVGDState(theta=spec.from_unconstrained(x_new[:, :m]), particles=x_new,
                                multipliers=multipliers_new, opt_state=opt_state, key=key,
                                iteration=state.iteration + 1,
                                num_reseeded=state.num_reseeded + num_bad,
-                               multiplier_rate=state.multiplier_rate, damping=state.damping)
+                               multiplier_rate=state.multiplier_rate, damping=state.damping,
+                               profile=profile)
         max_defect = jnp.max(jnp.abs(defects), axis=-1, initial=0.0)
         info = CSVGDInfo(log_lik=jnp.where(finite, log_lik, -jnp.inf), max_defect=max_defect,
                          grad_norm=jnp.linalg.norm(score - constraint, axis=-1),
