@@ -29,8 +29,8 @@ prediction on the double pendulum and 9 times it on the arm, so it ranks motions
 
 `output_error_information` is that output-error information: sensitivities of the simulated
 states over shooting windows with their starts profiled out, as lm fits them. On the double
-pendulum's designed and random recordings it predicted lm's std to within 0.75-1.7 per
-parameter (median about 1.05) at lm's window of 0.25 s; it is proportional to the window
+pendulum's designed and random recordings it predicted lm's std to within 0.74-1.67 per
+parameter (medians 1.10 and 1.03) at lm's window of 0.25 s; it is proportional to the window
 length, which lm chooses from the data, and the design does not use it yet.
 """
 
