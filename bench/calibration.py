@@ -355,7 +355,7 @@ def main(argv=None) -> int:
     parser.add_argument('--online-set', type=setting_pair, action='append', default=[],
                         metavar='SECTION.KEY=VALUE',
                         help="replace a value of the live configuration (repeatable), e.g. "
-                             "estimator.start=profiled")
+                             "estimator.start=measured")
     parser.add_argument('--quick', action='store_true',
                         help='pendulum only, exact setting, 30 truths')
     parser.add_argument('--out', default=os.path.join('/tmp', 'sysid_calibration'))
