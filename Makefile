@@ -13,8 +13,6 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # Written after a complete install; requirements.txt or setup.* newer than it -> reinstall.
 STAMP := $(VENV)/.installed
-NATIVE_SRC := sysid_ros/native/dynamics_ffi.cc
-NATIVE_LIB := sysid_ros/native/libsysid_dynamics.so
 # .venv runs on Python 3.12: JAX after 0.10.2 needs >= 3.12 (0.10.2 miscompiles batched float64
 # code on CPU, jax-ml/jax#39103) and 3.12 is ROS 2 Jazzy/Kilted's Python on Ubuntu 24.04. The
 # interpreter that creates it is the first of python3.12 on PATH and pyenv's 3.12.x (newest
@@ -40,7 +38,7 @@ export FASTDDS_DEFAULT_PROFILES_FILE := $(CURDIR)/config/fastdds_localhost.xml
 
 .PHONY: .venv test test-slow demo bench colcon
 
-.venv: $(STAMP) $(NATIVE_LIB)
+.venv: $(STAMP)
 
 # `pip install -e .` builds a PEP 660 editable wheel, so pip writes the `sysid` console script
 # into .venv/bin; the [develop]/[install] script_dir settings in setup.cfg are read only by
@@ -61,13 +59,6 @@ $(STAMP): requirements.txt setup.py setup.cfg
 	$(PY) -m pip install -e . --no-deps
 	@test -x $(VENV)/bin/sysid || { echo "error: pip did not install $(VENV)/bin/sysid" >&2; exit 1; }
 	touch $@
-
-# The native CPU kernels of the dynamics (XLA FFI handlers around Pinocchio, issue 18), compiled
-# after pip by the g++ command in sysid_ros/io/native.py (headers of the jaxlib, pin and
-# cmeel-eigen wheels; nothing linked). -march=native: built for, and only for, this machine's CPU.
-# One compile of Pinocchio's templates: minutes on 2 cores.
-$(NATIVE_LIB): $(NATIVE_SRC) sysid_ros/io/native.py $(STAMP)
-	$(PY) -m sysid_ros.io.native --force
 
 test: .venv
 	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --durations=15 test/

@@ -10,10 +10,6 @@ particles (each particle has its own `Params` and state; one jitted call evaluat
     whole batch and once chunked (`lax.map` over vmapped chunks of GRAD_CHUNK particles, a
     working set that stays in cache);
   * the compile time of each jitted function;
-  * the same through the native CPU kernels (`core.dynamics.native`: Pinocchio's ABA as an XLA
-    FFI custom call, its batch split over threads, and its custom VJP): ABA/s, and rollout
-    gradients once with the joint placements held fixed (the kernels' own derivatives) and once
-    with respect to every parameter (placements through the pure-JAX RNEA's VJP);
 
 and beside them, measured in the same run, the peers at a batch of 1024 states:
 
@@ -31,8 +27,7 @@ and beside them, measured in the same run, the peers at a batch of 1024 states:
     RNEA + Cholesky) of its own Panda URDF, `jit(vmap)` over states; its link parameters are
     NumPy constants of the robot object, so one model serves the whole batch.
 
-The JAX and native results are checked against Pinocchio (native gradients against the JAX
-ones), abaInParallel, MuJoCo's accelerations and frax
+The JAX results are checked against Pinocchio, abaInParallel, MuJoCo's accelerations and frax
 against Pinocchio on frax's URDF before they are timed. The last line is
 `RESULT dynamics key=value ...`.
 
@@ -77,11 +72,8 @@ from jax.sharding import Mesh, PartitionSpec  # noqa: E402
 
 from sysid_ros.core.model import builders  # noqa: E402
 from sysid_ros.core.dynamics import rigid_body  # noqa: E402
-from sysid_ros.core.dynamics import actuators  # noqa: E402
 from sysid_ros.core.dynamics import integrators  # noqa: E402
-from sysid_ros.core.dynamics import native  # noqa: E402
 from sysid_ros.io import model_io, urdf_export  # noqa: E402
-from sysid_ros.io import native as native_io  # noqa: E402
 
 try:
     import mujoco  # noqa: E402
@@ -166,10 +158,9 @@ def _chunked(fn):
     return lambda *args: jax.lax.map(lambda row: fn(*row), args, batch_size=GRAD_CHUNK)
 
 
-def _compile_and_time(jitted, args, one_device=False):
-    """(compile seconds, seconds per call, outputs) of `jitted(*args)`; `one_device` keeps the
-    batch on the first device (the native kernels spread it over threads themselves)."""
-    args = jax.device_put(args, jax.devices()[0]) if one_device else _place(args)
+def _compile_and_time(jitted, args):
+    """(compile seconds, seconds per call, outputs) of `jitted(*args)`."""
+    args = _place(args)
     start = time.perf_counter()
     compiled = jitted.lower(*args).compile()
     compile_s = time.perf_counter() - start
@@ -192,26 +183,13 @@ def _python_loop_rate(call, num):
     return count / (time.perf_counter() - start)
 
 
-def _native_euler(model, params, x, u, dt, actuator):
-    """`integrators.semi_implicit_euler` with the native ABA in place of `rigid_body.aba`."""
-    nv = model.nv
-    q, qd = x[:nv], x[nv:]
-    tau = actuators.get_actuator(actuator)(model, params, q, qd, u)
-    qd_next = qd + dt * native.aba(model, params, q, qd, tau)
-    return jnp.concatenate([q + dt * qd_next, qd_next])
-
-
-def _rollout_loss(model, integrator='semi_implicit_euler', fixed_placement=False):
-    """Squared joint-position error of a rollout against a target trajectory; with
-    `fixed_placement` the joint placements are constants (zero gradient)."""
+def _rollout_loss(model):
+    """Squared joint-position error of a rollout against a target trajectory."""
     nv = model.nv
 
     def loss(params, x0, controls, target):
-        if fixed_placement:
-            params = dataclasses.replace(
-                params, placement=jax.lax.stop_gradient(params.placement))
         states = integrators.rollout(model, params, x0, controls, DT,
-                                     integrator=integrator, actuator='viscous')
+                                     integrator='semi_implicit_euler', actuator='viscous')
         return jnp.sum((states[1:, :nv] - target) ** 2)
     return loss
 
@@ -357,9 +335,6 @@ def _bench_system(label, model, nominal, rng):
     rnea_fn = _batched(jax.vmap(lambda p, a, b, c: rigid_body.rnea(model, p, a, b, c)))
     grad_fn = _batched(jax.vmap(jax.grad(_rollout_loss(model))))
     chunked_fn = _batched(_chunked(jax.grad(_rollout_loss(model))))
-    ffi_aba_fn = jax.jit(jax.vmap(lambda p, a, b, c: native.aba(model, p, a, b, c)))
-    ffi_grad_fn = jax.jit(jax.vmap(jax.grad(_rollout_loss(model, _native_euler, True))))
-    ffi_grad_all_fn = jax.jit(jax.vmap(jax.grad(_rollout_loss(model, _native_euler))))
     x0 = jnp.concatenate([q, qd], axis=-1)
 
     rows, error = [], 0.0
@@ -376,24 +351,11 @@ def _bench_system(label, model, nominal, rng):
             row.update(rnea=batch / t, rnea_compile=c)
             error = max(error, max(np.abs(np.asarray(out[k]) - pin_rnea(k)).max()
                                    for k in range(min(batch, PIN_MODELS))))
-            c, t, out = _compile_and_time(ffi_aba_fn, (p_b, sub(q), sub(qd), sub(tau)),
-                                           one_device=True)
-            row.update(ffi_aba=batch / t, ffi_aba_compile=c)
-            error = max(error, max(np.abs(np.asarray(out[k]) - pin_aba(k)).max()
-                                   for k in range(min(batch, PIN_MODELS))))
         if batch in ROLLOUT_BATCHES:
             rollout_args = (p_b, sub(x0), sub(controls), sub(target))
             c, t, grads = _compile_and_time(grad_fn(batch), rollout_args)
             finite = all(bool(jnp.isfinite(g).all()) for g in jax.tree.leaves(grads))
             row.update(grad=batch * ROLLOUT_STEPS / t, grad_compile=c, grad_finite=finite)
-            c, t, _ = _compile_and_time(ffi_grad_fn, rollout_args, one_device=True)
-            row.update(ffi_grad=batch * ROLLOUT_STEPS / t, ffi_grad_compile=c)
-            c, t, ffi_grads = _compile_and_time(ffi_grad_all_fn, rollout_args,
-                                                    one_device=True)
-            row.update(ffi_grad_all=batch * ROLLOUT_STEPS / t, ffi_grad_all_compile=c)
-            row['ffi_grad_error'] = max(
-                float(jnp.abs(a - b).max() / (1.0 + jnp.abs(a).max()))
-                for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(ffi_grads)))
             if batch > GRAD_CHUNK:
                 c, t, chunked = _compile_and_time(chunked_fn(batch), rollout_args)
                 row.update(grad_chunked=batch * ROLLOUT_STEPS / t, grad_chunked_compile=c)
@@ -415,13 +377,12 @@ def _fmt(value, spec):
 def main():
     rng = np.random.default_rng(0)
     devices = jax.devices()
-    native_io.register()
     print(f'JAX {jax.__version__} on {len(devices)} {devices[0].platform.upper()} device(s), '
           f'{os.cpu_count()} cores, float64; Pinocchio {pin.__version__}; '
           f'rollout: {ROLLOUT_STEPS} semi-implicit Euler steps, dt {DT} s')
     header = (f'{"system":<16}{"batch":>6} | {"ABA/s":>9} {"compile":>7} | {"RNEA/s":>9} '
               f'{"compile":>7} | {"grad step/s":>11} {"compile":>7} | {"chunked":>9} '
-              f'{"compile":>7} | {"FFI ABA/s":>9} | {"FFI grad":>9} {"FFI all":>9}')
+              f'{"compile":>7}')
     results, all_rows = {}, []
     pin_lines = []
     for label, model, nominal in _systems():
@@ -452,11 +413,6 @@ def main():
                 results[f'{short}_grad_{b}'] = row['grad']
             if 'grad_chunked' in row:
                 results[f'{short}_grad_chunked_{b}'] = row['grad_chunked']
-            if b == PEER_BATCH and 'ffi_aba' in row:
-                results[f'{short}_ffi_aba'] = row['ffi_aba']
-            if b == PEER_BATCH and 'ffi_grad' in row:
-                results[f'{short}_ffi_grads'] = row['ffi_grad']
-                results[f'{short}_ffi_grads_all'] = row['ffi_grad_all']
         results[f'{short}_pin_aba'] = pin_rates['aba']
         results[f'{short}_pin_abaderiv'] = pin_rates['aba_derivatives']
         results[f'{short}_max_err'] = error
@@ -477,18 +433,11 @@ def main():
               f'{_fmt(row.get("aba_compile"), "7.1f")} | {_fmt(row.get("rnea"), "9.3g")} '
               f'{_fmt(row.get("rnea_compile"), "7.1f")} | {_fmt(row.get("grad"), "11.3g")} '
               f'{_fmt(row.get("grad_compile"), "7.1f")} | {_fmt(row.get("grad_chunked"), "9.3g")} '
-              f'{_fmt(row.get("grad_chunked_compile"), "7.1f")} | '
-              f'{_fmt(row.get("ffi_aba"), "9.3g")} | {_fmt(row.get("ffi_grad"), "9.3g")} '
-              f'{_fmt(row.get("ffi_grad_all"), "9.3g")}'
+              f'{_fmt(row.get("grad_chunked_compile"), "7.1f")}'
               + ('' if row.get('grad_finite', True) else '  non-finite gradient!'))
     chunk_error = max(row.get('grad_chunked_error', 0.0) for row in all_rows)
     print(f'chunked: lax.map over chunks of {GRAD_CHUNK} particles; max |chunked - vmapped| / '
           f'(1 + max |vmapped|) {chunk_error:.1e} ({_verdict(chunk_error, TOLERANCE)})')
-    ffi_error = max(row.get('ffi_grad_error', 0.0) for row in all_rows)
-    print(f'FFI: native.aba, {native.default_threads()} threads per call, one device; FFI grad: '
-          f'step-gradients/s with the joint placements fixed; FFI all: of every parameter; '
-          f'max |FFI all - JAX| / (1 + max |JAX|) {ffi_error:.1e} '
-          f'({_verdict(ffi_error, TOLERANCE)})')
     print('Peers, same run:')
     for line in pin_lines:
         print('  ' + line)
