@@ -149,6 +149,19 @@ def test_fitted_window_starts_are_the_least_squares_starts():
     assert np.linalg.norm(fitted - clean.x0[0]) < 0.2 * np.linalg.norm(offset)
 
 
+def _noisy_starts():
+    """Single-shooting settings with the measured and the profiled start, data whose measured
+    starts are 0.01-0.03 off the true ones, the parameter map and a parameter vector."""
+    measured = _setting(num_windows=1, combine='product')
+    profiled = dataclasses.replace(measured, start='profiled')
+    clean = _data(measured)
+    offset = jnp.asarray([[0.02, -0.01, 0.03, 0.01], [-0.01, 0.02, -0.02, 0.03]])
+    data = clean._replace(x0=clean.x0 + offset,
+                          observations=clean.observations.at[:, 0].add(offset))
+    return measured, profiled, data, dp.make_params_fn(), jnp.asarray(
+        dp.theta_from_lengths([1.1, 1.9]))
+
+
 def test_profiled_start_log_likelihood_and_its_gradient(monkeypatch):
     """With `start: profiled` the log-likelihood is the measured-start one evaluated at the
     fitted starts, above the measured-start one, and its gradient in the parameters (the fit
@@ -157,14 +170,7 @@ def test_profiled_start_log_likelihood_and_its_gradient(monkeypatch):
     the default 2 the gradient was 1.8e-4 off on these start errors of 0.01-0.03, ten times
     the live configuration's noise)."""
     monkeypatch.setattr(lk, 'PROFILE_ITERATIONS', 5)
-    measured = _setting(num_windows=1, combine='product')
-    profiled = dataclasses.replace(measured, start='profiled')
-    clean = _data(measured)
-    offset = jnp.asarray([[0.02, -0.01, 0.03, 0.01], [-0.01, 0.02, -0.02, 0.03]])
-    data = clean._replace(x0=clean.x0 + offset,
-                          observations=clean.observations.at[:, 0].add(offset))
-    params_fn = dp.make_params_fn()
-    theta = jnp.asarray(dp.theta_from_lengths([1.1, 1.9]))
+    measured, profiled, data, params_fn, theta = _noisy_starts()
     no_shooting = jnp.zeros((2, 0, 4))
     at_measured = jax.jit(lambda t, d: lk.log_likelihood(measured, params_fn(t), no_shooting,
                                                          d).log_lik)
@@ -198,14 +204,7 @@ def test_carried_start_profile_reaches_the_fitted_profile():
     finite differences of the converged profile, to the chord's small bias; a refresh on the
     same data takes one Gauss-Newton step from the carried starts (to the fitted ones), and
     new data refit from the measured ones."""
-    measured = _setting(num_windows=1, combine='product')
-    profiled = dataclasses.replace(measured, start='profiled')
-    clean = _data(measured)
-    offset = jnp.asarray([[0.02, -0.01, 0.03, 0.01], [-0.01, 0.02, -0.02, 0.03]])
-    data = clean._replace(x0=clean.x0 + offset,
-                          observations=clean.observations.at[:, 0].add(offset))
-    params_fn = dp.make_params_fn()
-    theta = jnp.asarray(dp.theta_from_lengths([1.1, 1.9]))
+    measured, profiled, data, params_fn, theta = _noisy_starts()
     no_shooting = jnp.zeros((2, 0, 4))
     refresh = jax.jit(lambda t, d, p: lk.refresh_start_profile(profiled, params_fn(t), d, p))
 
