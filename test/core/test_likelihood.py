@@ -239,7 +239,7 @@ def test_carried_start_profile_reaches_the_fitted_profile():
     again = refresh(theta, data, profile._replace(age=jnp.asarray(lk.PROFILE_REFRESH)))
     assert bool(lk.profile_due(profile._replace(age=jnp.asarray(lk.PROFILE_REFRESH)), data))
     np.testing.assert_array_less(np.abs(again.starts - best) / NOISE, 1e-4)  # 7e-6
-    other = clean._replace(x0=clean.x0 - offset)
+    other = data._replace(x0=data.x0 - 0.02)               # new data: other measured starts
     assert bool(lk.profile_due(again, other))
     np.testing.assert_array_equal(refresh(theta, other, again).x0, other.x0)
 
