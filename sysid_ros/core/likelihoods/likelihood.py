@@ -585,10 +585,7 @@ def _carried_profile(likelihood: ShootingLikelihood, params: Params, data: Traje
     k = data.num_trajectories
     residual = window_residuals(likelihood, params, profile.starts, data)       # (K, N)
     jac = profile.jacobian                                                      # (K, N, S)
-    normal = jnp.einsum('kni,knj->kij', jac, jac)
-    normal = normal + 1e-12 * jnp.trace(normal, axis1=1, axis2=2)[:, None, None] * jnp.eye(
-        normal.shape[-1])
-    delta = -jnp.linalg.solve(normal, jnp.einsum('kni,kn->ki', jac, residual)[..., None])[..., 0]
+    delta = jax.vmap(_gauss_newton_step)(jac, residual)                         # (K, S)
     projected = residual + jnp.einsum('kni,ki->kn', jac, delta)
     per_trajectory = (-0.5 * jnp.sum(jnp.square(projected), axis=1)
                       - _trajectory_log_normaliser(data))
@@ -633,18 +630,31 @@ def fit_window_starts(likelihood: ShootingLikelihood, params: Params, data: Traj
     A window that starts at its noisy measured state carries that noise through every
     predicted sample, which biases a fit and narrows its posterior (errors in variables);
     the fitted start uses the whole window, so its error is a fraction of the noise."""
-    def residual(start, x0, controls, observations):
-        one = data._replace(x0=x0[None], controls=controls[None],
-                            observations=observations[None],
-                            states=None)
+    return _fitted_starts(likelihood, params, data, data.x0, iterations)[0]
+
+
+def _fitted_starts(likelihood: ShootingLikelihood, params: Params, data: TrajectoryData,
+                   guess: jax.Array, iterations) -> tuple[jax.Array, jax.Array]:
+    """((K, S) starts, (K, N, S) Jacobians of the last step) of `iterations` Gauss-Newton
+    steps on each single-shooting window's `window_residuals`, from `guess` (K, S)."""
+    def residual(start, controls, observations):
+        one = data._replace(x0=start[None], controls=controls[None],
+                            observations=observations[None], states=None)
         return window_residuals(likelihood, params, start[None], one)[0]
 
-    def refine(x0, controls, observations):
-        return _gauss_newton(
-            functools.partial(residual, x0=x0, controls=controls, observations=observations),
-            x0, iterations)[0]
+    def refine(start, controls, observations):
+        return _gauss_newton(functools.partial(residual, controls=controls,
+                                               observations=observations), start, iterations)
 
-    return jax.vmap(refine)(data.x0, data.controls, data.observations)
+    return jax.vmap(refine)(guess, data.controls, data.observations)
+
+
+def _gauss_newton_step(jac: jax.Array, residual: jax.Array) -> jax.Array:
+    """(S,) Gauss-Newton step -(J^T J)^-1 J^T r for a Jacobian (N, S) and residuals (N,),
+    the normal matrix regularised by 1e-12 of its trace."""
+    normal = jac.T @ jac
+    normal = normal + 1e-12 * jnp.trace(normal) * jnp.eye(normal.shape[0], dtype=normal.dtype)
+    return -jnp.linalg.solve(normal, jac.T @ residual)
 
 
 def _gauss_newton(residual, start: jax.Array, iterations) -> tuple[jax.Array, jax.Array]:
@@ -658,8 +668,7 @@ def _gauss_newton(residual, start: jax.Array, iterations) -> tuple[jax.Array, ja
     def step(_, carry):
         x, _ = carry
         jac, r = jax.jacfwd(with_value, has_aux=True)(x)
-        normal = jac.T @ jac + 1e-12 * jnp.trace(jac.T @ jac) * jnp.eye(x.shape[0])
-        new = x - jnp.linalg.solve(normal, jac.T @ r)
+        new = x + _gauss_newton_step(jac, r)
         return jnp.where(jnp.all(jnp.isfinite(new)), new, x), jac
 
     size = jax.eval_shape(residual, start).shape[0]
@@ -694,17 +703,7 @@ def refresh_start_profile(likelihood: ShootingLikelihood, params: Params, data: 
     same = jnp.all(profile.x0 == data.x0)
     guess = jnp.where(same, profile.starts, data.x0)
     iterations = jnp.where(same, 1, PROFILE_ITERATIONS)
-
-    def residual(start, controls, observations):
-        one = data._replace(x0=start[None], controls=controls[None],
-                            observations=observations[None], states=None)
-        return window_residuals(likelihood, params, start[None], one)[0]
-
-    def refine(x0, controls, observations):
-        return _gauss_newton(functools.partial(residual, controls=controls,
-                                               observations=observations), x0, iterations)
-
-    starts, jacobian = jax.vmap(refine)(guess, data.controls, data.observations)
+    starts, jacobian = _fitted_starts(likelihood, params, data, guess, iterations)
     return StartProfile(x0=data.x0, starts=starts, jacobian=jacobian,
                         age=jnp.zeros((), jnp.int32))
 
