@@ -121,37 +121,6 @@ def test_effort_envelope_adds_each_parameters_reach(pendulum):
                                rtol=1e-10)
 
 
-@pytest.mark.slow
-def test_output_error_information_is_the_rollout_jacobians_with_the_starts_profiled():
-    """Two windows of a damped two-link rollout: the recursion's information equals
-    sum_w (J_t^T W J_t - J_t^T W J_s (J_s^T W J_s)^-1 J_s^T W J_t) with J = d states /
-    d (start, theta) of `integrators.rollout` from each window's start."""
-    from sysid_ros.core.dynamics import integrators
-    model, base = builders.double_pendulum(damping=0.1)
-    spec = make_parameter_spec(model, {'link2.mass': (0.5, 2.0),
-                                       'joint1.damping': (0.0, 0.5)})
-    theta = jnp.array([1.0, 0.1])
-    dt, window = 0.01, 15
-    u = jnp.asarray(np.sin(np.arange(2 * window)[:, None] * [0.3, 0.5]))
-    params = spec.to_params(theta, base)
-    x = integrators.rollout(model, params, jnp.array([0.3, -0.2, 0.0, 0.1]), u, dt,
-                            integrator='rk4')
-    obs = jnp.array([1e-3, 1e-3, 1e-2, 1e-2])
-    info = information.output_error_information(model, spec, base, theta, x, u, dt, obs,
-                                                window, integrator='rk4')
-    expected = 0.0
-    for k in range(2):
-        def states(z, k=k):
-            return integrators.rollout(model, spec.to_params(z[4:], base), z[:4],
-                                       u[k * window:(k + 1) * window], dt, integrator='rk4')
-        jac = jax.jacfwd(states)(jnp.concatenate([x[k * window], theta]))
-        jac = np.asarray(jac / obs[:, None]).reshape(-1, 6)
-        hess = jac.T @ jac
-        expected = expected + hess[4:, 4:] - hess[4:, :4] @ np.linalg.solve(hess[:4, :4],
-                                                                               hess[:4, 4:])
-    np.testing.assert_allclose(np.asarray(info), expected, rtol=1e-7)
-
-
 def test_objective_gradient_matches_finite_differences(pendulum):
     problem, fns = pendulum
     rng = np.random.default_rng(1)

@@ -27,17 +27,17 @@ keeps the design's gradients cheap; the output-error information of a simulated 
 Measured (bench/excitation.py, one truth): lm's output-error std was 0.11 times this
 prediction on the double pendulum and 9 times it on the arm, so it ranks motions wrongly.
 
-`output_error_information` is that output-error information: sensitivities of the simulated
-states over shooting windows with their starts profiled out, as lm fits them. On the double
-pendulum's designed and random recordings it predicted lm's std to within 0.74-1.67 per
-parameter (medians 1.10 and 1.03) at lm's window of 0.25 s; it is proportional to the window
-length, which lm chooses from the data, and the design does not use it yet.
+The output-error information itself (sensitivities of the simulated states over shooting
+windows, starts profiled out, as lm fits them) predicted lm's std on the double pendulum to
+within 0.74-1.67 per parameter at lm's window of 0.25 s, but it grows with the window, which
+lm chooses from the data; it was built and tested in commit f23ec8a and taken out again
+while no design uses it.
 """
 
 import jax
 import jax.numpy as jnp
 
-from sysid_ros.core.dynamics import integrators, rigid_body
+from sysid_ros.core.dynamics import rigid_body
 from sysid_ros.core.dynamics.control import command_torque
 from sysid_ros.core.model.parameters import ParameterSpec
 from sysid_ros.core.model.types import Params, RobotModel
@@ -132,66 +132,3 @@ def equation_error_information(model: RobotModel, spec: ParameterSpec, base: Par
     sandwich = info @ jnp.linalg.solve(meat, info)
     return 0.5 * (sandwich + sandwich.T)
 
-
-def output_error_information(model: RobotModel, spec: ParameterSpec, base: Params, theta, x,
-                             u, dt, obs_std, window: int, integrator='rk4',
-                             actuator='viscous', substeps: int = 1):
-    """Fisher information of `theta` for the output error with free window starts (what lm
-    fits): the recording (x, u) cut into windows of `window` steps, each simulated from its
-    own fitted start state, every state observed with noise `obs_std`.
-
-    Along the recording the one-sample map x_{n+1} = step(x_n, u_n; theta) is linearised:
-    Phi_n = d step / dx, Gamma_n = d step / d theta. In a window a change (ds, dtheta) of the
-    start and the parameters moves the state n samples on by P_n ds + S_n dtheta, with
-    P_{n+1} = Phi_n P_n (P_0 = I) and S_{n+1} = Phi_n S_n + Gamma_n (S_0 = 0); the window's
-    information about (s, theta) is sum_n [P_n, S_n]^T W [P_n, S_n], W = diag(1 / obs_std^2),
-    and its start is profiled out by the Schur complement. The windows are summed.
-
-    Args:
-      model: static tree.
-      spec: the free parameters.
-      base: Params holding every value not in `spec`.
-      theta: (M,) physical values at which the information is taken.
-      x: (T + 1, 2 nv) states at the samples (true or planned) [rad, rad/s, ...].
-      u: (T, nv) commands held over each sample [N m, N].
-      dt: sample period [s]; substeps: integration steps per sample (static).
-      obs_std: (2 nv,) noise std of the observed q and qd.
-      window: samples per window (static); the T // window whole windows are used.
-      integrator, actuator: of the model (static).
-
-    Returns:
-      (M, M) information [1 / physical units^2].
-    """
-    step_fn = integrators.get_integrator(integrator)
-    h = dt / substeps
-
-    def advance(xk, uk, th):
-        params = spec.to_params(th, base)
-        for _ in range(substeps):
-            xk = step_fn(model, params, xk, uk, h, actuator)
-        return xk
-
-    phi = jax.vmap(jax.jacfwd(advance, argnums=0), (0, 0, None))(x[:-1], u, theta)
-    gamma = jax.vmap(jax.jacfwd(advance, argnums=2), (0, 0, None))(x[:-1], u, theta)
-    n_state, m = phi.shape[1], gamma.shape[2]
-    count = phi.shape[0] // window
-    phi = phi[:count * window].reshape(count, window, n_state, n_state)
-    gamma = gamma[:count * window].reshape(count, window, n_state, m)
-    root_w = 1.0 / jnp.asarray(obs_std)
-
-    def one_window(phis, gammas):
-        def body(carry, pg):
-            p, s = carry
-            p, s = pg[0] @ p, pg[0] @ s + pg[1]
-            return (p, s), jnp.concatenate([p, s], axis=1)
-
-        start = (jnp.eye(n_state), jnp.zeros((n_state, m)))
-        _, ys = jax.lax.scan(body, start, (phis, gammas))
-        ys = jnp.concatenate([jnp.concatenate(start, axis=1)[None], ys]) * root_w[:, None]
-        hess = jnp.einsum('nia,nib->ab', ys, ys)
-        h_ss, h_st, h_tt = hess[:n_state, :n_state], hess[:n_state, n_state:], \
-            hess[n_state:, n_state:]
-        return h_tt - h_st.T @ jnp.linalg.solve(h_ss, h_st)
-
-    info = jnp.sum(jax.vmap(one_window)(phi, gamma), axis=0)
-    return 0.5 * (info + info.T)
