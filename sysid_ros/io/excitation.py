@@ -195,22 +195,19 @@ def _start(problem: Problem, limits: limits_lib.Limits) -> np.ndarray:
     return start
 
 
+def _state_noise_std(problem: Problem) -> tuple[np.ndarray, str]:
+    """(2 nv,) position and velocity noise std and where they came from: `data.noise_std`
+    ('config'), else DEFAULT_VELOCITY_STD on both ('default')."""
+    configured = estimator_data.configured_noise_std(problem)
+    if configured is None:
+        return np.full(2 * problem.model.nv, DEFAULT_VELOCITY_STD), 'default'
+    return np.asarray(configured, dtype=float), 'config'
+
+
 def _velocity_std(problem: Problem) -> tuple[np.ndarray, str]:
-    """(nv,) velocity noise std and where it came from (`data.noise_std`'s qd entries)."""
-    nv = problem.model.nv
-    configured = estimator_data.configured_noise_std(problem)
-    if configured is None:
-        return np.full(nv, DEFAULT_VELOCITY_STD), 'default'
-    return configured[nv:], 'config'
-
-
-def _state_noise_std(problem: Problem) -> np.ndarray:
-    """(2 nv,) position and velocity noise std: `data.noise_std`, else the default velocity
-    std on both."""
-    configured = estimator_data.configured_noise_std(problem)
-    if configured is None:
-        return np.full(2 * problem.model.nv, DEFAULT_VELOCITY_STD)
-    return np.asarray(configured[:2 * problem.model.nv], dtype=float)
+    """(nv,) velocity noise std and where it came from (`_state_noise_std`'s qd entries)."""
+    state, source = _state_noise_std(problem)
+    return state[problem.model.nv:], source
 
 
 def equation_noise(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int]:
@@ -226,7 +223,7 @@ def equation_noise(problem: Problem) -> tuple[np.ndarray, np.ndarray, np.ndarray
     nv = problem.model.nv
     taps = estimator_data.filter_taps(problem)
     smooth, slope = equation_error.savitzky_golay_kernels(taps, problem.dt)
-    state = _state_noise_std(problem)
+    state, _ = _state_noise_std(problem)
     q_var, qd_var = np.square(state[:nv]), np.square(state[nv:])
     state_var = np.stack([q_var * np.sum(smooth ** 2), qd_var * np.sum(smooth ** 2),
                           qd_var * np.sum(slope ** 2)])
