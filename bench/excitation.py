@@ -130,7 +130,6 @@ class Case:
       effort: (nv,) the simulated robot's effort limit [N m] (commands are clipped there).
       speed: (nv,) the robot's speed limit [rad/s].
       random: `random(case, problem, truth_params, t, designed_u, rng) -> (states, u)`.
-      torque_noise: std of the noise added to every recorded torque [N m] (0: none).
     """
 
     name: str
@@ -140,7 +139,6 @@ class Case:
     effort: np.ndarray
     speed: np.ndarray
     random: Callable
-    torque_noise: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,8 +242,7 @@ def case_dp(likelihood: Likelihood) -> Case:
     high = {**{f'{link}.mass': 1.9 for link in ('link1', 'link2')},
             **{f'{link}.com.z': -0.3 for link in ('link1', 'link2')},
             **{f'{joint}.damping': 0.3 for joint in joints}}
-    return Case('dp', config, low, high, DP_EFFORT, np.full(2, DP_SPEED), random_torques,
-                likelihood.torque_noise)
+    return Case('dp', config, low, high, DP_EFFORT, np.full(2, DP_SPEED), random_torques)
 
 
 def case_arm(likelihood: Likelihood) -> Case:
@@ -268,8 +265,7 @@ def case_arm(likelihood: Likelihood) -> Case:
     for joint in PANDA_JOINTS:
         for attribute in ('damping', 'coulomb'):
             low[f'{joint}.{attribute}'], high[f'{joint}.{attribute}'] = 0.05, 1.0
-    return Case('arm', config, low, high, PANDA_EFFORT, PANDA_SPEED, random_references,
-                likelihood.torque_noise)
+    return Case('arm', config, low, high, PANDA_EFFORT, PANDA_SPEED, random_references)
 
 
 def violations(problem, speed, effort, states, u) -> int:
@@ -284,12 +280,13 @@ def violations(problem, speed, effort, states, u) -> int:
     return int(np.sum(np.any(bad, axis=1)))
 
 
-def recording(case: Case, problem, t, states, u, rng) -> Trajectory:
-    """The noisy recording (heldout's noise, the case's torque noise) of true states
-    (T, 2 nv) under commands u."""
+def recording(problem, t, states, u, rng) -> Trajectory:
+    """The noisy recording (heldout's noise; torque noise of the configured
+    data.torque_noise_std, none without it) of true states (T, 2 nv) under commands u."""
     nv = problem.model.nv
     q, qd = heldout.add_noise(states[:, :nv], states[:, nv:], rng)
-    tau = u + case.torque_noise * rng.standard_normal(u.shape) if case.torque_noise else u
+    torque_noise = problem.config.data.torque_noise_std
+    tau = u + np.asarray(torque_noise) * rng.standard_normal(u.shape) if torque_noise else u
     return Trajectory(t=t, q=q, qd=qd, tau=tau, joint_names=problem.model.joint_names,
                       source='bench/excitation.py')
 
@@ -355,8 +352,8 @@ def run_case(case: Case, truths: int, seed: int, quick: bool) -> dict[str, str]:
             states_r, u_r = case.random(case, problem, params, t, u_d, rng)
         bad_d += violations(problem, case.speed, case.effort, states_d, u_d)
         bad_r += violations(problem, case.speed, case.effort, states_r, u_r)
-        traj_d = recording(case, problem, t, states_d, u_d, rng)
-        traj_r = recording(case, problem, t, states_r, u_r, rng)
+        traj_d = recording(problem, t, states_d, u_d, rng)
+        traj_r = recording(problem, t, states_r, u_r, rng)
         est_r, std_r, ok_r, sec_r = fit(problem, traj_r, theta0, i)
         fits = [fit(problem, traj_d.slice(0, n), theta0, i) for n in counts]
         est_d, std_d, ok_d, sec_d = fits[-1]
