@@ -246,6 +246,11 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
         scale = likelihood.observation_scale(data)
         return h * jnp.mean(jnp.square(scale / data.noise_std))
 
+    def empty_profiles(num, data):
+        """P start profiles of `data` that are due for a fit (`likelihood.start_profile`)."""
+        return jax.tree_util.tree_map(lambda leaf: jnp.broadcast_to(leaf, (num,) + leaf.shape),
+                                      lik.start_profile(likelihood, data))
+
     def kernel_mask(dim):
         if kernel == 'all':
             return None
@@ -268,11 +273,7 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
         s_hat = jnp.broadcast_to(s_hat.reshape(1, -1), (num, s_hat.size)).astype(z.dtype)
         particles = jnp.concatenate([z, s_hat], axis=1)
         multipliers = jnp.zeros((num, likelihood.num_constraints(data)), z.dtype)
-        profile = None
-        if profiled:
-            empty = lik.start_profile(likelihood, data)
-            profile = jax.tree_util.tree_map(
-                lambda leaf: jnp.broadcast_to(leaf, (num,) + leaf.shape), empty)
+        profile = empty_profiles(num, data) if profiled else None
         active_mesh = svgd.resolve_mesh(mesh, num)
         theta_z, particles, multipliers, opt_state, profile = svgd.shard_particles(
             (spec.from_unconstrained(z), particles, multipliers, optimizer.init(particles),
@@ -297,6 +298,8 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
         #    A carried start profile is refitted first where due.
         profile = state.profile
         if profiled:
+            if profile.x0.shape[1:] != data.x0.shape:   # data of other pieces (mini-batches)
+                profile = empty_profiles(num, data)
             profile = refreshed(x, data, profile)
         log_prob, log_lik, defects, score, constraint, profile = batched_scores(
             x, multipliers, state.damping, constraint_weight(data), data, prior, profile)
