@@ -81,7 +81,7 @@ LIKELIHOODS = ('product', 'sum')
 LOSSES = ('one_step', 'rollout')
 WINDOW_WORDS = ('auto', 'all')
 INITS = ('point', 'sobol')
-STARTS = _likelihood.STARTS
+STARTS = ('auto',) + _likelihood.STARTS
 RESIDUALS = _equation_error.RESIDUALS
 TORQUE_FROM_JOINT_STATES = 'joint_states.effort'
 TORQUE_SAMPLES = ('held', 'instantaneous')
@@ -554,10 +554,13 @@ class EstimatorConfig:
         shooting states, CSVGD's multiple shooting; 1: every window starts at its measured
         state); each window must span at least 2 steps.
       start: where the first window of each piece starts in the Bayesian methods'
-        likelihood: `measured` (default offline: at the measured state; a fit from the lm
-        estimate refits it there, `io.fitting.refit_windows`) or `profiled` (for each
-        particle at the state that fits the window best, `core.likelihoods.likelihood`;
-        needs `shooting_windows: 1`).
+        likelihood: `profiled` (for each particle at the state that fits the window best,
+        `core.likelihoods.likelihood`; needs `shooting_windows: 1`), `measured` (at the
+        measured state; a fit from the lm estimate refits it there and holds it,
+        `io.fitting.refit_windows`) or `auto` (default): `profiled` for single shooting,
+        else `measured`. A start held fixed makes the posterior the conditional one given
+        the starts: narrower than the truth allows and centred on the estimate that fitted
+        them (`bench/calibration.py`).
       batch: trajectory pieces each step of csvgd, svgd and sgld sees (`io.minibatch`: a
         new random order per epoch, the log-likelihood scaled by pieces / batch), so a step
         costs the same on a long recording; `auto` (default): 8; `all`: every piece. Only
@@ -587,7 +590,7 @@ class EstimatorConfig:
     iterations: int = _opt(200, 'int', ge=1)
     window: float | str = _opt('auto', 'float', unit='s', gt=0.0, words=WINDOW_WORDS)
     shooting_windows: int = _opt(1, 'int', ge=1)
-    start: str = _opt('measured', 'str', choices=STARTS)
+    start: str = _opt('auto', 'str', choices=STARTS)
     batch: int | str = _opt('auto', 'int', ge=1, words=WINDOW_WORDS)
     init: str = _opt('point', 'str', choices=INITS)
     learning_rate: float = _opt(1e-2, 'float', gt=0.0)

@@ -81,6 +81,7 @@ __all__ = [
     'configured_noise_std',
     'configured_torque_noise_std',
     'mocap_points',
+    'window_start',
     'shooting_problem',
     'filter_taps',
     'equation_error_problem',
@@ -299,6 +300,14 @@ def _noise_std(problem: Problem, trajs: Sequence[Trajectory]) -> tuple[np.ndarra
     return estimate_noise_std(states, problem.model.nv), 'estimated'
 
 
+def window_start(estimator) -> str:
+    """The likelihood's start of each piece's first window (`likelihood.STARTS`) for an
+    `EstimatorConfig`: `auto` is `profiled` for single shooting, else `measured`."""
+    if estimator.start != 'auto':
+        return estimator.start
+    return 'profiled' if estimator.shooting_windows == 1 else 'measured'
+
+
 def shooting_problem(problem: Problem, trajs: Sequence[Trajectory], theta=None
                      ) -> ShootingProblem:
     """Cut prepared trajectories into pieces and build the shooting likelihood (module doc);
@@ -330,7 +339,8 @@ def shooting_problem(problem: Problem, trajs: Sequence[Trajectory], theta=None
             cfg.estimator.likelihood,
             observed=range(2 * problem.model.nv) if problem.mocap else None,
             integrator=cfg.model.integrator, actuator=cfg.model.actuator,
-            substeps=problem.substeps, mocap=problem.mocap or None, start=cfg.estimator.start)
+            substeps=problem.substeps, mocap=problem.mocap or None,
+            start=window_start(cfg.estimator))
         data = lik.make_trajectory_data(setting, states, controls, noise, observed)
     except ValueError as exc:
         raise DataError(str(exc)) from exc
