@@ -80,6 +80,11 @@ STALL_STEPS = 10
 MOVED_WIDTH = 1e-6
 DEFECT_TOLERANCE = 0.05
 LOSS_LIMIT = 10.0
+# A posterior sample has settled when the mean per-parameter spread (std) of its particles
+# over the last SPREAD_SHARE of the steps is within a factor SPREAD_RTOL of that over the
+# SPREAD_SHARE before: particles that still contract (or spread) are no posterior yet.
+SPREAD_SHARE = 0.25
+SPREAD_RTOL = 1.3
 _CACHE: collections.OrderedDict = collections.OrderedDict()
 
 
@@ -388,11 +393,14 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
             log(f'WARNING {method}: {line}')
     best = BestSoFar(theta_init)
     losses = []
+    spreads = []
     nonfinite = [0]
 
     def record(previous, new, step_info):
         loss = np.asarray(step_info.loss, dtype=float)
-        best.update(loss, np.asarray(est.posterior(previous)))
+        theta = np.asarray(est.posterior(previous))
+        best.update(loss, theta)
+        spreads.append(np.std(theta, axis=0))
         nonfinite[0] += int(np.asarray(step_info.num_nonfinite))
         losses.append(float(np.min(loss)))
         return losses[-1]
@@ -435,7 +443,8 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
     diagnosis = diagnose(method, _running_mean(history, epoch), theta_init, result_theta, final,
                          result_loss,
                          steps, spec, shooting_windows=cfg.shooting_windows,
-                         bayesian=entry.bayesian)
+                         bayesian=entry.bayesian,
+                         spread=np.asarray(spreads[1:] + [np.std(final_theta, axis=0)]))
     consistent = np.asarray(_consistent_fn(problem)(jnp.asarray(result_theta)), dtype=bool)
     return FitResult(method=method, names=spec.names, particles=np.asarray(result_theta),
                      initial=np.asarray(theta_init, dtype=float),
@@ -577,7 +586,8 @@ class Diagnosis(NamedTuple):
 
 
 def diagnose(method: str, history, initial, theta, final, loss: float, steps: StepsResult,
-             spec, shooting_windows: int = 1, bayesian: bool = False) -> Diagnosis:
+             spec, shooting_windows: int = 1, bayesian: bool = False,
+             spread=None) -> Diagnosis:
     """Whether a fit converged, and its symptoms of failure, each a warning line naming the
     setting to change:
 
@@ -589,7 +599,11 @@ def diagnose(method: str, history, initial, theta, final, loss: float, steps: St
       * defects: the largest normalised shooting defect above DEFECT_TOLERANCE (multiple
         shooting only);
       * the loss (mean squared noise-normalised residual, ~1 at the truth) above LOSS_LIMIT;
-      * a Bayesian method (`bayesian`) with one particle: its std is no uncertainty.
+      * a Bayesian method (`bayesian`) with one particle: its std is no uncertainty;
+      * a Bayesian method whose particles' spread (`spread` (steps, M): their std per
+        parameter after each step) still changes: `_spread_change` above SPREAD_RTOL. A
+        sample that still contracts holds the truth in nearly all its intervals, one that
+        still spreads in too few; a flat loss (the best particle's) does not show either.
     """
     warnings = []
     history = np.asarray(history, dtype=float)
@@ -617,6 +631,11 @@ def diagnose(method: str, history, initial, theta, final, loss: float, steps: St
             warnings.append(f'{method}: shooting defects up to {defect:.3g} (normalised) '
                             f'> {DEFECT_TOLERANCE:g}: the windows do not join; shorten '
                             'estimator.window or raise estimator.iterations')
+    change = _spread_change(spread) if bayesian and spread is not None else 1.0
+    if change > SPREAD_RTOL:
+        warnings.append(f'{method}: the particles\' spread still changed by a factor '
+                        f'{change:.2f} over the last {SPREAD_SHARE:.0%} of the iterations; '
+                        'raise estimator.iterations')
     if bayesian and np.asarray(theta).shape[0] < 2:
         warnings.append(f'{method}: one particle has no spread, so the reported std is no '
                         'uncertainty; set estimator.particles (e.g. 32)')
@@ -625,6 +644,22 @@ def diagnose(method: str, history, initial, theta, final, loss: float, steps: St
                         'when the model fits): the model misses the data; check '
                         'model.actuator, model.integrator, the bounds and data.noise_std')
     return Diagnosis(converged and not warnings, reason, tuple(warnings))
+
+
+def _spread_change(spread) -> float:
+    """Largest factor (>= 1) between a parameter's mean spread over the last SPREAD_SHARE of
+    the steps and that over the SPREAD_SHARE before (1 for too short a history or a spread
+    of zero)."""
+    spread = np.asarray(spread, dtype=float)
+    tail = int(np.ceil(SPREAD_SHARE * len(spread)))
+    if spread.ndim != 2 or tail < 1 or 2 * tail > len(spread):
+        return 1.0
+    last, before = spread[-tail:].mean(axis=0), spread[-2 * tail:-tail].mean(axis=0)
+    ok = (last > 0.0) & (before > 0.0) & np.isfinite(last) & np.isfinite(before)
+    if not np.any(ok):
+        return 1.0
+    ratio = last[ok] / before[ok]
+    return float(np.max(np.maximum(ratio, 1.0 / ratio)))
 
 
 def _consistent_fn(problem: Problem) -> Callable:
