@@ -35,7 +35,8 @@ method is calibrated: the table gives the pooled rate with its binomial standard
 Usage:
   .venv/bin/python bench/calibration.py [--cases pendulum dp chain3] [--methods lm csvgd ...]
       [--truths 100] [--settings exact finer mujoco] [--online N]
-      [--online-set SECTION.KEY=VALUE ...] [--quick] [--out DIR]
+      [--online-set SECTION.KEY=VALUE ...] [--set estimator.KEY=VALUE ...] [--quick]
+      [--out DIR]
 Last line: `RESULT calibration key=value ...` with <method>_cov50/_cov90/_cov95 pooled over
 cases and settings (laplace_* for lm), per case/setting keys <case>_<setting>_<method>_cov90,
 and online_cov90 (after the last checkpoint) with online_w<k>_cov<level> per checkpoint.
@@ -356,6 +357,10 @@ def main(argv=None) -> int:
                         metavar='SECTION.KEY=VALUE',
                         help="replace a value of the live configuration (repeatable), e.g. "
                              "estimator.start=measured")
+    parser.add_argument('--set', type=setting_pair, action='append', default=[],
+                        metavar='estimator.KEY=VALUE', dest='estimator_set',
+                        help='replace an estimator setting of the offline fits (repeatable), '
+                             'e.g. estimator.start=measured')
     parser.add_argument('--quick', action='store_true',
                         help='pendulum only, exact setting, 30 truths')
     parser.add_argument('--out', default=os.path.join('/tmp', 'sysid_calibration'))
@@ -365,6 +370,12 @@ def main(argv=None) -> int:
         args.cases, args.settings, args.truths = ['pendulum'], ['exact'], 30
     os.makedirs(args.out, exist_ok=True)
 
+    offline_settings = {}
+    for key, value in args.estimator_set:
+        section, _, name = key.partition('.')
+        if section != 'estimator' or '.' in name:
+            parser.error(f'--set: expected estimator.KEY=VALUE, got {key}')
+        offline_settings[name] = value
     groups: dict[str, list[Draw]] = {}
     summary: dict[str, float] = {}
     folder = tempfile.mkdtemp(prefix='sysid_calibration_')
@@ -373,8 +384,9 @@ def main(argv=None) -> int:
             if setting == 'mujoco' and case != 'dp':
                 continue
             for method in args.methods:
-                estimator = ({'particles': args.particles}
-                             if registry.lookup(method).bayesian else None)
+                estimator = dict(offline_settings) if method != 'lm' else {}
+                if registry.lookup(method).bayesian:
+                    estimator['particles'] = args.particles
                 problem, record = (
                     mujoco_recorder(args.noise, folder, estimator) if setting == 'mujoco'
                     else own_recorder(case, setting, args.noise, estimator))
