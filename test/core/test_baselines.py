@@ -171,6 +171,26 @@ def test_nuts_recovers_gaussian_posterior():
     _assert_gaussian(np.asarray(theta[50:]).reshape(-1, 2), 'nuts')
 
 
+def test_nuts_warmup_with_a_given_metric_adapts_the_step_size_only():
+    # A metric twice the posterior std in z (as the start ensemble of a Laplace
+    # approximation wider than the posterior gives): only the step size is adapted, and the
+    # chains it sets recover the posterior.
+    metric = np.array([0.4, 0.4])
+    warm = samplers.nuts_warmup(KEY, LOG_PROB, _start(8), 100, GAUSSIAN,
+                                inverse_mass_matrix=metric)
+    np.testing.assert_array_equal(warm.inverse_mass_matrix, metric)
+    assert warm.chain_step_size.shape == (8,) and warm.chain_inverse_mass_matrix.shape == (8, 2)
+    assert 0.05 < float(warm.step_size) < 5.0
+    state, theta, infos = run(NUTS, _nuts_state(warm.particles, warm.step_size, metric),
+                              GAUSSIAN, NUTS_STEPS)
+    assert 0.6 < float(np.mean(infos.acceptance_rate)) <= 1.0
+    assert not np.any(infos.is_divergent)
+    _assert_gaussian(np.asarray(theta).reshape(-1, 2), 'nuts (given metric)')
+    with pytest.raises(ValueError, match='inverse_mass_matrix'):
+        samplers.nuts_warmup(KEY, LOG_PROB, _start(8), 10, GAUSSIAN,
+                             inverse_mass_matrix=np.ones(3))
+
+
 @pytest.mark.slow
 def test_nuts_after_window_adaptation_recovers_gaussian_posterior():
     warm = samplers.nuts_warmup(KEY, LOG_PROB, _start(8), 200, GAUSSIAN)

@@ -395,8 +395,14 @@ def make_nuts(log_prob_fn: Callable, step_size, inverse_mass_matrix, num_chains:
 
 def nuts_warmup(key: jax.Array, log_prob_fn: Callable, positions, num_steps: int, data=None,
                 *, dense: bool = False, target_acceptance_rate: float = 0.8,
-                initial_step_size: float = 1.0, max_num_doublings: int = 10) -> NUTSWarmup:
+                initial_step_size: float = 1.0, max_num_doublings: int = 10,
+                inverse_mass_matrix=None) -> NUTSWarmup:
     """Warm-up for `make_nuts`: blackjax's window adaptation on every chain, then pooled.
+
+    With a given `inverse_mass_matrix` (e.g. the covariance of starting positions drawn from a
+    Laplace approximation) only the step size is adapted (dual averaging, Hoffman & Gelman
+    2014 §3.2): Stan's windows start from the identity metric, far from a posterior whose
+    scales span decades.
 
     `blackjax.window_adaptation` (Stan's schedule: a fast interval of dual-averaging step-size
     adaptation, slow windows of doubling length that estimate the inverse mass matrix from
@@ -418,6 +424,7 @@ def nuts_warmup(key: jax.Array, log_prob_fn: Callable, positions, num_steps: int
       target_acceptance_rate: of the step-size adaptation.
       initial_step_size: first step size of the dual averaging.
       max_num_doublings: maximum tree depth during the warm-up.
+      inverse_mass_matrix: None (adapt it) or a fixed (D,) / (D, D) metric (above).
 
     Returns:
       NUTSWarmup.
@@ -436,6 +443,9 @@ def nuts_warmup(key: jax.Array, log_prob_fn: Callable, positions, num_steps: int
     def logdensity(position):
         return log_prob_fn(position, data)
 
+    if inverse_mass_matrix is not None:
+        return _step_size_warmup(key, logdensity, x, num_steps, inverse_mass_matrix,
+                                 target_acceptance_rate, initial_step_size, max_num_doublings)
     warmup = blackjax.window_adaptation(
         blackjax.nuts, logdensity, is_mass_matrix_diagonal=not dense,
         initial_step_size=initial_step_size, target_acceptance_rate=target_acceptance_rate,
@@ -450,6 +460,40 @@ def nuts_warmup(key: jax.Array, log_prob_fn: Callable, positions, num_steps: int
     return NUTSWarmup(particles=final, step_size=jnp.median(step_sizes),
                       inverse_mass_matrix=jnp.mean(matrices, axis=0),
                       chain_step_size=step_sizes, chain_inverse_mass_matrix=matrices)
+
+
+def _step_size_warmup(key, logdensity, x, num_steps, inverse_mass_matrix,
+                      target_acceptance_rate, initial_step_size, max_num_doublings
+                      ) -> NUTSWarmup:
+    """`nuts_warmup` with a fixed metric: per chain, NUTS transitions whose step size
+    follows dual averaging towards the target acceptance rate; its final (averaged) step
+    size, pooled by the median."""
+    imm = jnp.asarray(inverse_mass_matrix, x.dtype)
+    if imm.ndim not in (1, 2) or imm.shape[0] != x.shape[1] or (
+            imm.ndim == 2 and imm.shape[1] != x.shape[1]):
+        raise ValueError(f'nuts_warmup: inverse_mass_matrix: expected ({x.shape[1]},) or '
+                         f'({x.shape[1]}, {x.shape[1]}), got {imm.shape}')
+    kernel = blackjax.nuts.build_kernel()
+    da_init, da_update, da_final = blackjax.adaptation.step_size.dual_averaging_adaptation(
+        target_acceptance_rate)
+
+    def run(chain_key, position):
+        def transition(carry, step_key):
+            chain, averaging = carry
+            chain, info = kernel(step_key, chain, logdensity,
+                                 jnp.exp(averaging.log_step_size), imm, max_num_doublings)
+            return (chain, da_update(averaging, info.acceptance_rate)), None
+
+        start = (blackjax.nuts.init(position, logdensity), da_init(initial_step_size))
+        (chain, averaging), _ = jax.lax.scan(transition, start,
+                                             jax.random.split(chain_key, num_steps))
+        return chain.position, da_final(averaging)
+
+    final, step_sizes = jax.vmap(run)(jax.random.split(key, x.shape[0]), x)
+    matrices = jnp.broadcast_to(imm, (x.shape[0],) + imm.shape)
+    return NUTSWarmup(particles=final, step_size=jnp.median(step_sizes),
+                      inverse_mass_matrix=imm, chain_step_size=step_sizes,
+                      chain_inverse_mass_matrix=matrices)
 
 
 # ------------------------------------------------------------------------------------------
