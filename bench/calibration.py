@@ -199,13 +199,14 @@ def posterior_checks(result: fitting.FitResult, truth: np.ndarray
     return rank, membership(result.interval, truth), percentile
 
 
-def sample_checks(particles: np.ndarray, truth: np.ndarray
+def sample_checks(particles: np.ndarray, truth: np.ndarray, kind: str
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """SBC rank (M,), membership (len(LEVELS), M) of the central intervals of posterior
-    particles (P, M) (`core.inference.intervals`, as `FitResult.interval`) and of their
-    plain percentiles."""
+    particles (P, M) that are `kind` (`core.inference.intervals`, as `FitResult.interval`)
+    and of their plain percentiles."""
     return (np.mean(particles < truth, axis=0),
-            membership(functools.partial(intervals.central_interval, particles), truth),
+            membership(functools.partial(intervals.central_interval, particles, kind=kind),
+                       truth),
             membership(functools.partial(percentile_interval, particles), truth))
 
 
@@ -252,7 +253,8 @@ def online_draws(num_truths: int, seed: int, settings: Sequence[tuple[str, objec
             session.update(Window(t=traj.t[part], q=traj.q[part], qd=traj.qd[part],
                                   tau=traj.tau[part]))
             if w + 1 in draws:
-                rank, inside, percentile = sample_checks(session.particles, truth)
+                rank, inside, percentile = sample_checks(
+                    session.particles, truth, registry.lookup(session.method).particles)
                 draws[w + 1].append(Draw(truth, rank, inside, session.divergences == 0,
                                          time.perf_counter() - start, percentile))
         if progress:
@@ -331,6 +333,11 @@ def print_table(key: str, draws: list[Draw], names) -> np.ndarray:
     print(f'{"pooled":20}' + ''.join(f'{p:9.3f}' for p in pooled) + '   (binomial se '
           + ', '.join(f'{np.sqrt(lv * (1 - lv) / (n * len(names))):.3f}' for lv in LEVELS)
           + ')')
+    done = [d for d in draws if d.converged]
+    if 0 < len(done) < n:
+        kept = np.mean([d.inside for d in done], axis=(0, 2))
+        print(f'{"converged fits only":20}' + ''.join(f'{p:9.3f}' for p in kept)
+              + f'   ({len(done)} fits)')
     if draws[0].inside_percentile is not None:
         plain = np.mean([d.inside_percentile for d in draws], axis=(0, 2))
         print(f'{"plain percentiles":20}' + ''.join(f'{p:9.3f}' for p in plain))

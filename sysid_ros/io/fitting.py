@@ -155,12 +155,14 @@ class FitResult:
     def interval(self, level: float = 0.95) -> np.ndarray | None:
         """(2, M) central interval of probability `level` [physical units], within the
         bounds: of a posterior sample of P >= 2 particles the interval that holds one more
-        draw with that probability (`core.inference.intervals`); of a point estimate with a
+        draw with that probability, as the method's particles are (`Method.particles`,
+        `core.inference.intervals`); of a point estimate with a
         covariance, estimate +- z std with z the Student-t quantile of `covariance_dof`
         degrees of freedom where set, else the normal one; None for a point estimate
         without covariance or a single particle."""
         if self.best is None and self.particles.shape[0] > 1:
-            ends = intervals.central_interval(self.particles, level)
+            ends = intervals.central_interval(self.particles, level,
+                                              registry.lookup(self.method).particles)
         elif self.covariance is None:
             return None
         else:

@@ -294,8 +294,10 @@ class OnlineSession:
 
     def _interval(self, theta: np.ndarray, level: float) -> np.ndarray:
         """(2, M) central interval of particles theta (P, M) within the bounds
-        (`core.inference.intervals`; a single particle: the point itself)."""
-        ends = (intervals.central_interval(theta, level) if len(theta) > 1
+        (`core.inference.intervals`, as the method's particles are; a single particle: the
+        point itself)."""
+        kind = registry.lookup(self.method).particles
+        ends = (intervals.central_interval(theta, level, kind) if len(theta) > 1
                 else np.stack([theta[0], theta[0]]))
         return np.clip(ends, self.lower, self.upper)
 

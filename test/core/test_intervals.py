@@ -41,6 +41,11 @@ def test_interval_columns_and_bad_input():
     ends = intervals.central_interval(theta, 0.5)
     np.testing.assert_allclose(ends[:, 0], [9.25, 29.75])     # ranks 10.25 and 30.75 of 40
     np.testing.assert_allclose(ends[:, 1], [-29.75, -9.25])
+    # SVGD's points are their own percentiles: linear interpolation, 40 points at 25 / 75 %.
+    np.testing.assert_allclose(intervals.central_interval(theta, 0.5, 'quantiles')[:, 0],
+                               [9.75, 29.25])
+    with pytest.raises(ValueError, match='kind'):
+        intervals.central_interval(theta, 0.5, 'samples')
     with pytest.raises(ValueError, match='P >= 2'):
         intervals.central_interval(np.ones((1, 3)), 0.9)
     with pytest.raises(ValueError, match='level'):

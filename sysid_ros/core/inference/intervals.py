@@ -14,6 +14,13 @@ and 90 %); this, not the posterior, was most of the live session's and CSVGD's s
   * fewer: the Gaussian prediction interval mean +- t_{P-1} s sqrt(1 + 1 / P), s the sample
     std (ddof 1): exact for draws of a Gaussian posterior.
 
+Particles that are not draws: SVGD's and CSVGD's particles are deterministic points that
+repel each other, spread over the posterior more evenly than draws (a quadrature, not a
+sample), so their own central percentiles are the posterior's (`kind='quantiles'`): on 100
+random pendulum truths CSVGD's 32 particles held the truth in 0.540 / 0.903 / 0.953 of their
+50 / 90 / 95 % percentile intervals, and in 0.570 / 0.957 / 0.993 of the draws' intervals
+above (`bench/calibration.py`).
+
 Runs on the host (NumPy and scipy).
 """
 
@@ -22,23 +29,32 @@ from __future__ import annotations
 import numpy as np
 import scipy.stats
 
-__all__ = ['central_interval']
+__all__ = ['KINDS', 'central_interval']
+
+# What a posterior's particles are (module doc).
+KINDS = ('draws', 'quantiles')
 
 
-def central_interval(particles, level: float) -> np.ndarray:
+def central_interval(particles, level: float, kind: str = 'draws') -> np.ndarray:
     """(2, M) lower and upper ends of the central `level` interval of particles (P, M)
-    [physical units], P >= 2 (module doc).
+    [physical units], P >= 2, that are `kind` (one of KINDS, module doc).
 
     Raises:
-      ValueError: fewer than 2 particles, not (P, M), or a level outside (0, 1).
+      ValueError: fewer than 2 particles, not (P, M), a level outside (0, 1), an unknown
+        kind.
     """
     theta = np.asarray(particles, dtype=float)
     if theta.ndim != 2 or theta.shape[0] < 2:
         raise ValueError(f'central interval: expected particles (P >= 2, M), got {theta.shape}')
     if not 0.0 < level < 1.0:
         raise ValueError(f'central interval: level: expected in (0, 1), got {level!r}')
+    if kind not in KINDS:
+        raise ValueError(f'central interval: kind: expected one of {" | ".join(KINDS)}, got '
+                         f'{kind!r}')
     num = theta.shape[0]
     tail = (1.0 - level) / 2.0
+    if kind == 'quantiles':
+        return np.quantile(theta, [tail, 1.0 - tail], axis=0)
     if (num + 1) * tail >= 1.0:
         return np.quantile(theta, [tail, 1.0 - tail], axis=0, method='weibull')
     half = (scipy.stats.t.ppf(1.0 - tail, num - 1) * theta.std(axis=0, ddof=1)

@@ -31,6 +31,9 @@ class Method(NamedTuple):
       minibatch: its step may see a mini-batch of the data's pieces (`io.minibatch`):
         stochastic-gradient methods; not those with an accept/reject step (NUTS, emcee),
         a population's ranking (CEM) or a Gauss-Newton model (lm).
+      particles: what a Bayesian method's particles are, for their intervals
+        (`intervals.KINDS`): 'draws' (chains, walkers, a population) or 'quantiles'
+        (SVGD's repelling points).
     """
 
     factory: Callable
@@ -38,11 +41,14 @@ class Method(NamedTuple):
     bayesian: bool
     jittable: bool = True
     minibatch: bool = False
+    particles: str = 'draws'
 
 
 METHODS: dict[str, Method] = {
-    'csvgd': Method(methods.make_csvgd, 'shooting', True, minibatch=True),
-    'svgd': Method(methods.make_svgd, 'shooting', True, minibatch=True),
+    'csvgd': Method(methods.make_csvgd, 'shooting', True, minibatch=True,
+                    particles='quantiles'),
+    'svgd': Method(methods.make_svgd, 'shooting', True, minibatch=True,
+                   particles='quantiles'),
     'sgld': Method(methods.make_sgld, 'shooting', True, minibatch=True),
     'nuts': Method(methods.make_nuts, 'shooting', True),
     'emcee': Method(methods.make_emcee, 'shooting', True, jittable=False),
