@@ -3,9 +3,11 @@
 For each case, truths are drawn uniformly from the configured bounds (the prior every method
 of the registry assumes), a recording is simulated for each, the recording is fitted with the
 shipped defaults, and for every parameter the fit's central 50 %, 90 % and 95 % intervals are
-checked against the truth. Intervals: the percentiles of the posterior particles for a
-Bayesian method (csvgd, svgd, sgld, nuts, emcee, cem), estimate +- t std of the Laplace
-covariance for lm (`FitResult.interval`: Student-t quantiles with the covariance's dof).
+checked against the truth. Intervals: the fit's own (`FitResult.interval`): for a Bayesian
+method (csvgd, svgd, sgld, nuts, emcee, cem) from its particles as the method's
+`Method.particles` says (draws: the order-statistics rule; SVGD's points: their percentiles,
+`core.inference.intervals`), estimate +- t std of the Laplace covariance for lm (Student-t
+quantiles with the covariance's dof). Plain percentiles are printed beside them.
 Beside the coverage, the rank of the truth in the posterior (SBC, Talts et al. 2018: the
 fraction of particles below the truth, or the t CDF of (truth - estimate) / std for a
 Laplace posterior) is uniform on [0, 1] for a calibrated method; their histograms go to
