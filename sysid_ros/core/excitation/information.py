@@ -131,4 +131,3 @@ def equation_error_information(model: RobotModel, spec: ParameterSpec, base: Par
     meat = weight * jnp.einsum('tjm,tjk,tkn->mn', weighted, cov, weighted)       # G
     sandwich = info @ jnp.linalg.solve(meat, info)
     return 0.5 * (sandwich + sandwich.T)
-

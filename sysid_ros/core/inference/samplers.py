@@ -115,6 +115,19 @@ def _check_count(method: str, name: str, value, minimum: int = 1) -> int:
     return int(value)
 
 
+def _check_metric(method: str, inverse_mass_matrix, dim: int | None = None) -> np.ndarray:
+    """The inverse mass matrix as a float array: (D,) diagonal or (D, D), D = `dim` when
+    given (the positions' dimension)."""
+    imm = np.asarray(inverse_mass_matrix, dtype=float)
+    if imm.ndim not in (1, 2) or (imm.ndim == 2 and imm.shape[0] != imm.shape[1]):
+        raise ValueError(f'{method}: inverse_mass_matrix: expected (D,) or (D, D), got '
+                         f'{imm.shape}')
+    if dim is not None and imm.shape[0] != dim:
+        raise ValueError(f'{method}: inverse_mass_matrix {imm.shape} does not fit positions '
+                         f'of dimension {dim}')
+    return imm
+
+
 def _check_positive(method: str, name: str, value) -> None:
     if not np.all(np.asarray(value, dtype=float) > 0.0):
         raise ValueError(f'{method}: {name}: expected > 0, got {value!r}')
@@ -341,16 +354,12 @@ def make_nuts(log_prob_fn: Callable, step_size, inverse_mass_matrix, num_chains:
     _check_positive('nuts', 'step_size', step_size)
     num_chains = _check_count('nuts', 'num_chains', num_chains)
     max_num_doublings = _check_count('nuts', 'max_num_doublings', max_num_doublings)
-    imm = np.asarray(inverse_mass_matrix, dtype=float)
-    if imm.ndim not in (1, 2) or (imm.ndim == 2 and imm.shape[0] != imm.shape[1]):
-        raise ValueError(f'nuts: inverse_mass_matrix: expected (D,) or (D, D), got {imm.shape}')
+    imm = _check_metric('nuts', inverse_mass_matrix)
     kernel = blackjax.nuts.build_kernel(divergence_threshold=divergence_threshold)
 
     def init(key, positions) -> NUTSState:
         x = _check_positions('nuts', positions, num_chains, 'C chains')
-        if imm.shape[0] != x.shape[1]:
-            raise ValueError(f'nuts: inverse_mass_matrix {imm.shape} does not fit positions '
-                             f'of dimension {x.shape[1]}')
+        _check_metric('nuts', imm, x.shape[1])
         x, key, step, matrix, counter = _place_chains(mesh, num_chains, x, key, step_size, imm)
         return NUTSState(particles=x, key=key, step_size=step, inverse_mass_matrix=matrix,
                          iteration=counter, num_reseeded=counter)
@@ -468,11 +477,7 @@ def _step_size_warmup(key, logdensity, x, num_steps, inverse_mass_matrix,
     """`nuts_warmup` with a fixed metric: per chain, NUTS transitions whose step size
     follows dual averaging towards the target acceptance rate; its final (averaged) step
     size, pooled by the median."""
-    imm = jnp.asarray(inverse_mass_matrix, x.dtype)
-    if imm.ndim not in (1, 2) or imm.shape[0] != x.shape[1] or (
-            imm.ndim == 2 and imm.shape[1] != x.shape[1]):
-        raise ValueError(f'nuts_warmup: inverse_mass_matrix: expected ({x.shape[1]},) or '
-                         f'({x.shape[1]}, {x.shape[1]}), got {imm.shape}')
+    imm = jnp.asarray(_check_metric('nuts_warmup', inverse_mass_matrix, x.shape[1]), x.dtype)
     kernel = blackjax.nuts.build_kernel()
     da_init, da_update, da_final = blackjax.adaptation.step_size.dual_averaging_adaptation(
         target_acceptance_rate)
