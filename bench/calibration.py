@@ -368,7 +368,7 @@ def main(argv=None) -> int:
                              "estimator.start=measured")
     parser.add_argument('--set', type=setting_pair, action='append', default=[],
                         metavar='estimator.KEY=VALUE', dest='estimator_set',
-                        help='replace an estimator setting of the offline fits (repeatable), '
+                        help='replace an estimator setting of every offline fit (repeatable), '
                              'e.g. estimator.start=measured')
     parser.add_argument('--quick', action='store_true',
                         help='pendulum only, exact setting, 30 truths')
@@ -393,7 +393,7 @@ def main(argv=None) -> int:
             if setting == 'mujoco' and case != 'dp':
                 continue
             for method in args.methods:
-                estimator = dict(offline_settings) if method != 'lm' else {}
+                estimator = dict(offline_settings)
                 if registry.lookup(method).bayesian:
                     estimator['particles'] = args.particles
                 problem, record = (
