@@ -241,8 +241,8 @@ def test_a_carried_start_profile_follows_the_profile_fitted_every_step():
     converged (far from it the carried profile's extra linearised step fits better)."""
     setting = lk.make_shooting_likelihood(dp.MODEL, dp.DT, 1, 'sum', integrator=dp.INTEGRATOR,
                                           actuator=dp.ACTUATOR, start='profiled')
-    states = dp.simulate(*TRUE_LENGTHS, T)[None]
-    states = states + 0.01 * np.random.default_rng(3).normal(size=states.shape)
+    clean = dp.simulate(*TRUE_LENGTHS, T)[None]
+    states = clean + 0.01 * np.random.default_rng(3).normal(size=clean.shape)
     data = lk.make_trajectory_data(setting, states, np.zeros((1, T, 2)), 0.01)
     kernels = [csvgd.make_csvgd(setting, dp.SPEC, optax.adam(5e-2),
                                 params_fn=dp.make_params_fn(POISON_BELOW), mesh=None,
@@ -269,3 +269,12 @@ def test_a_carried_start_profile_follows_the_profile_fitted_every_step():
     travelled = np.mean(np.abs(np.asarray(full.theta) - theta0))
     np.testing.assert_array_less(np.abs(np.asarray(carried.theta - full.theta)),
                                  0.15 * travelled)
+    # Data of another shape (two pieces, as a mini-batch brings): the carried profile is
+    # fitted afresh for those pieces, not applied with the old pieces' shape.
+    noisy = clean + 0.01 * np.random.default_rng(5).normal(size=clean.shape)
+    two = lk.make_trajectory_data(setting, np.concatenate([states, noisy]),
+                                  np.zeros((2, T, 2)), 0.01)
+    moved, info = jax.jit(kernels[0].step)(carried, two)
+    assert moved.profile.starts.shape == (P, 2, 4)
+    np.testing.assert_array_equal(moved.profile.age, 1)
+    assert np.all(np.isfinite(info.log_lik))

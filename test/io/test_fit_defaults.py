@@ -113,7 +113,11 @@ def test_several_starts_return_the_best_not_their_mean(traj):
 
 def test_bayesian_methods_start_from_the_lm_estimate_and_take_mini_batches(problem, traj,
                                                                            lm_fit):
-    cfg = config_io.from_dict(_config(method='csvgd', particles=4, iterations=2, batch=2))
+    # Measured starts: the carried start profile's refit on mini-batches is test_csvgd's
+    # (`test_a_carried_start_profile_follows_the_profile_fitted_every_step`), and here it
+    # would compile the Gauss-Newton start fit twice more (batch and all-pieces programs).
+    cfg = config_io.from_dict(_config(method='csvgd', particles=4, iterations=2, batch=2,
+                                      start='measured'))
     result = pipeline.fit(pipeline.build_problem(cfg), [traj])
     assert result.info['batch_pieces'] == 2 < result.info['num_pieces']
     assert 'start_fit' in result.info
