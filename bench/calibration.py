@@ -5,9 +5,9 @@ of the registry assumes), a recording is simulated for each, the recording is fi
 shipped defaults, and for every parameter the fit's central 50 %, 90 % and 95 % intervals are
 checked against the truth. Intervals: the fit's own (`FitResult.interval`): for a Bayesian
 method (csvgd, svgd, sgld, nuts, emcee, cem) from its particles as the method's
-`Method.particles` says (draws: the order-statistics rule; SVGD's points: their percentiles,
-`core.inference.intervals`), estimate +- t std of the Laplace covariance for lm (Student-t
-quantiles with the covariance's dof). Plain percentiles are printed beside them.
+`Method.particles` says (draws: the order-statistics rule; SVGD's points, a quadrature:
+mean +- z std; `core.inference.intervals`), estimate +- t std of the Laplace covariance for
+lm (Student-t quantiles with the covariance's dof). Plain percentiles are printed beside them.
 Beside the coverage, the rank of the truth in the posterior (SBC, Talts et al. 2018: the
 fraction of particles below the truth, or the t CDF of (truth - estimate) / std for a
 Laplace posterior) is uniform on [0, 1] for a calibrated method; their histograms go to
@@ -28,8 +28,8 @@ Settings:
 Online (`--online`): the live estimator's session (`io.online.OnlineSession`) with the
 shipped live configuration `config/double_pendulum_live.yaml` (csvgd, 16 particles, 1 s
 windows, its noise_std), on a recording of its model simulated with that noise and held
-torques; after 10, 30 and 60 windows the particles' central percentile intervals are checked
-(as `FitResult.interval` does for a posterior sample).
+torques; after 10, 30 and 60 windows the particles' central intervals are checked (the rule
+of `Method.particles`, as `FitResult.interval` does for a posterior sample).
 
 Coverage of a nominal level over n independent truths x M parameters is binomial if the
 method is calibrated: the table gives the pooled rate with its binomial standard error.

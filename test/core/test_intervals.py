@@ -41,9 +41,10 @@ def test_interval_columns_and_bad_input():
     ends = intervals.central_interval(theta, 0.5)
     np.testing.assert_allclose(ends[:, 0], [9.25, 29.75])     # ranks 10.25 and 30.75 of 40
     np.testing.assert_allclose(ends[:, 1], [-29.75, -9.25])
-    # SVGD's points are their own percentiles: linear interpolation, 40 points at 25 / 75 %.
-    np.testing.assert_allclose(intervals.central_interval(theta, 0.5, 'quantiles')[:, 0],
-                               [9.75, 29.25])
+    # SVGD's points, a quadrature: mean +- z s (0 .. 39: mean 19.5, s = sqrt(136.67)).
+    half = 0.6744897501960817 * np.sqrt(1640.0 / 12.0)
+    np.testing.assert_allclose(intervals.central_interval(theta, 0.5, 'quadrature'),
+                               [[19.5 - half, -19.5 - half], [19.5 + half, -19.5 + half]])
     with pytest.raises(ValueError, match='kind'):
         intervals.central_interval(theta, 0.5, 'samples')
     with pytest.raises(ValueError, match='P >= 2'):

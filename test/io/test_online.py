@@ -120,7 +120,7 @@ def test_save_load_and_warm_start_from_file(problem, run, tmp_path):
                                   particles[:, ::-1])
     summary = yaml.safe_load(open(yml))
     mean = particles.mean(axis=0)
-    kind = registry.lookup(session.method).particles           # csvgd: 'quantiles'
+    kind = registry.lookup(session.method).particles           # csvgd: 'quadrature'
     ci95 = np.clip(intervals.central_interval(particles, 0.95, kind), session.lower,
                    session.upper)
     for j, (name, value) in enumerate(zip(problem.names, mean)):

@@ -32,7 +32,7 @@ class Method(NamedTuple):
         stochastic-gradient methods; not those with an accept/reject step (NUTS, emcee),
         a population's ranking (CEM) or a Gauss-Newton model (lm).
       particles: what a Bayesian method's particles are, for their intervals
-        (`intervals.KINDS`): 'draws' (chains, walkers, a population) or 'quantiles'
+        (`intervals.KINDS`): 'draws' (chains, walkers, a population) or 'quadrature'
         (SVGD's repelling points).
     """
 
@@ -46,9 +46,9 @@ class Method(NamedTuple):
 
 METHODS: dict[str, Method] = {
     'csvgd': Method(methods.make_csvgd, 'shooting', True, minibatch=True,
-                    particles='quantiles'),
+                    particles='quadrature'),
     'svgd': Method(methods.make_svgd, 'shooting', True, minibatch=True,
-                   particles='quantiles'),
+                   particles='quadrature'),
     'sgld': Method(methods.make_sgld, 'shooting', True, minibatch=True),
     'nuts': Method(methods.make_nuts, 'shooting', True),
     'emcee': Method(methods.make_emcee, 'shooting', True, jittable=False),
