@@ -2,6 +2,7 @@
 hand, sum vs product forms, and data validation before any compilation."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -149,9 +150,11 @@ def test_fitted_window_starts_are_the_least_squares_starts():
     assert np.linalg.norm(fitted - clean.x0[0]) < 0.2 * np.linalg.norm(offset)
 
 
+@functools.cache
 def _noisy_starts():
     """Single-shooting settings with the measured and the profiled start, data whose measured
-    starts are 0.01-0.03 off the true ones, the parameter map and a parameter vector."""
+    starts are 0.01-0.03 off the true ones, the parameter map and a parameter vector (the
+    same objects for every test, so that the jitted functions below compile once)."""
     measured = _setting(num_windows=1, combine='product')
     profiled = dataclasses.replace(measured, start='profiled')
     clean = _data(measured)
@@ -162,6 +165,21 @@ def _noisy_starts():
         dp.theta_from_lengths([1.1, 1.9]))
 
 
+@jax.jit
+def _measured_log_lik(theta, data):
+    """Log-likelihood from the measured starts `data.x0` of data shaped as `_noisy_starts`'."""
+    measured, _, _, params_fn, _ = _noisy_starts()
+    return lk.log_likelihood(measured, params_fn(theta), jnp.zeros((2, 0, 4)), data).log_lik
+
+
+@jax.jit
+def _fitted_starts(theta, data, iterations):
+    """`fit_window_starts` of data shaped as `_noisy_starts`'; the iteration count is traced,
+    so every count shares one compilation."""
+    measured, _, _, params_fn, _ = _noisy_starts()
+    return lk.fit_window_starts(measured, params_fn(theta), data, iterations)
+
+
 def test_profiled_start_log_likelihood_and_its_gradient(monkeypatch):
     """With `start: profiled` the log-likelihood is the measured-start one evaluated at the
     fitted starts, above the measured-start one, and its gradient in the parameters (the fit
@@ -170,10 +188,9 @@ def test_profiled_start_log_likelihood_and_its_gradient(monkeypatch):
     the default 2 the gradient was 1.8e-4 off on these start errors of 0.01-0.03, ten times
     the live configuration's noise)."""
     monkeypatch.setattr(lk, 'PROFILE_ITERATIONS', 5)
-    measured, profiled, data, params_fn, theta = _noisy_starts()
+    _, profiled, data, params_fn, theta = _noisy_starts()
     no_shooting = jnp.zeros((2, 0, 4))
-    at_measured = jax.jit(lambda t, d: lk.log_likelihood(measured, params_fn(t), no_shooting,
-                                                         d).log_lik)
+
     def profiled_log_lik(t):
         return lk.log_likelihood(profiled, params_fn(t), no_shooting, data).log_lik
 
@@ -183,13 +200,13 @@ def test_profiled_start_log_likelihood_and_its_gradient(monkeypatch):
 
     # Per particle, as csvgd takes its scores: a VJP under vmap.
     at_profiled = jax.jit(jax.vmap(value_and_pullback))
-    starts = jax.jit(lambda t: lk.fit_window_starts(measured, params_fn(t), data, 5))(theta)
+    starts = _fitted_starts(theta, data, 5)
     values, grads = at_profiled(jnp.stack([theta, theta]))
     value, grad = values[0], grads[0]
     np.testing.assert_array_equal(grads[1], grad)
-    np.testing.assert_allclose(value, at_measured(theta, data._replace(x0=starts)),
+    np.testing.assert_allclose(value, _measured_log_lik(theta, data._replace(x0=starts)),
                                rtol=1e-12)
-    assert value > at_measured(theta, data)
+    assert value > _measured_log_lik(theta, data)
     h = 1e-6
     fd = np.array([np.diff(at_profiled(jnp.stack([theta - h * e, theta + h * e]))[0])[0]
                    / (2 * h) for e in np.eye(len(theta))])
@@ -204,7 +221,7 @@ def test_carried_start_profile_reaches_the_fitted_profile():
     finite differences of the converged profile, to the chord's small bias; a refresh on the
     same data takes one Gauss-Newton step from the carried starts (to the fitted ones), and
     new data refit from the measured ones."""
-    measured, profiled, data, params_fn, theta = _noisy_starts()
+    _, profiled, data, params_fn, theta = _noisy_starts()
     no_shooting = jnp.zeros((2, 0, 4))
     refresh = jax.jit(lambda t, d, p: lk.refresh_start_profile(profiled, params_fn(t), d, p))
 
@@ -212,15 +229,18 @@ def test_carried_start_profile_reaches_the_fitted_profile():
         terms = lk.log_likelihood(profiled, params_fn(t), no_shooting, data, profile=p)
         return terms.log_lik, terms.profile
     evaluate = jax.jit(jax.value_and_grad(carried, has_aux=True))
-    converged = jax.jit(lambda t: lk.fit_window_starts(measured, params_fn(t), data, 8))
-    at_fitted = jax.jit(lambda t, s: lk.log_likelihood(measured, params_fn(t), no_shooting,
-                                                       data._replace(x0=s)).log_lik)
+
+    def converged(t):
+        return _fitted_starts(t, data, 8)
+
+    def at_fitted(t, s):
+        return _measured_log_lik(t, data._replace(x0=s))
 
     empty = lk.start_profile(profiled, data)
     assert bool(lk.profile_due(empty, data))
     profile = refresh(theta, data, empty)
-    np.testing.assert_allclose(profile.starts, lk.fit_window_starts(
-        measured, params_fn(theta), data, lk.PROFILE_ITERATIONS), atol=1e-12)
+    np.testing.assert_allclose(profile.starts,
+                               _fitted_starts(theta, data, lk.PROFILE_ITERATIONS), atol=1e-12)
     assert not bool(lk.profile_due(profile, data))
     best = converged(theta)
     for _ in range(4):
