@@ -28,6 +28,10 @@ BOOTSTRAP_PYTHON ?= $(shell \
         "$$py" $(IS_PYTHON) 2>/dev/null && { command -v "$$py"; break; }; \
     done)
 PYTEST_WORKERS ?= 2
+# Whole test files per worker: a module's fixtures and jitted programs are built once, not
+# once per worker (default run 17:31 -> 16:34 together with one test cut by ~30 s; user CPU
+# 32.1 -> 30.7 min; 2 cores, fresh compile cache).
+PYTEST_DIST ?= loadfile
 COLCON_DIR ?= $(or $(TMPDIR),/tmp)/sysid_ros_colcon
 
 # Any ROS 2 participant started from here (tests, demo, benchmarks, nodes) stays on this
@@ -61,7 +65,7 @@ $(STAMP): requirements.txt setup.py setup.cfg
 	touch $@
 
 test: .venv
-	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --durations=15 test/
+	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --dist $(PYTEST_DIST) --durations=15 test/
 
 test-slow: .venv
 	$(PY) -m pytest -q -m slow test/
