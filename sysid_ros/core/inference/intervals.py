@@ -19,12 +19,13 @@ repel each other, a quadrature of the posterior rather than a sample (`kind='qua
 What such a quadrature matches is the posterior's mean and spread, not its tails: the few
 outermost points sit inside the posterior's 2.5 % tails (16 points would need 0.4 of a point
 beyond each end), so their own percentiles fall short. The interval is mean +- z s, z the
-normal quantile and s the points' std (ddof 1). Measured (CSVGD, the seed's double pendulum
-with two link lengths, 100 random truths, `test_csvgd_coverage.py`'s case): with 32 particles
-the percentiles held the truth in 0.45 / 0.85 / 0.87 of the 50 / 90 / 95 % intervals, mean
-+- z s in 0.435 / 0.865 / 0.93, and the frequentist reference on those recordings (least
-squares +- z std of its Jacobian) in 0.435 / 0.87 / 0.94; with 16 particles: 0.469 / 0.807 /
-0.844 against 0.438 / 0.885 / 0.943.
+normal quantile and s the points' std (ddof 1). Measured on `test_csvgd_coverage.py`'s case
+(CSVGD, the seed's double pendulum with two link lengths, 100 random truths): with 32
+particles (truths of seed 0) the percentiles held the truth in 0.45 / 0.85 / 0.87 of the 50 /
+90 / 95 % intervals, mean +- z s in 0.435 / 0.865 / 0.93, and the frequentist reference on
+those recordings (least squares +- z std of its Jacobian) in 0.435 / 0.87 / 0.94; with 16
+particles (the test's truths) the percentiles 0.44 / 0.80 / 0.835, mean +- z s 0.415 / 0.86 /
+0.925.
 
 Runs on the host (NumPy and scipy).
 """
