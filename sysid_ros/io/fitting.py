@@ -208,13 +208,15 @@ def method_options(problem: Problem, iterations: int) -> methods.Options:
 def compiled_estimator(problem: Problem, method: str, target: methods.Target,
                        options: methods.Options) -> Estimator:
     """The registry's Estimator of `method`, its step and posterior jitted (unless the
-    method runs on the host), cached per problem structure and options.
+    method runs on the host), cached per problem structure and the options it reads
+    (`registry.Method.options_read`).
 
     Raises:
       ConfigError: a method that cannot run this problem (naming `estimator.method` or
         `estimator.particles`).
     """
     entry = registry.lookup(method)
+    options = entry.options_read(options)
     key = (method, target.model, target.spec, target.likelihood, target.loss_fn,
            target.actuator, options, params_digest(problem.base_params))
 

@@ -6,8 +6,9 @@ import pytest
 import yaml
 
 from sysid_ros import cli
+from sysid_ros.core.inference import methods
 from sysid_ros.io import config as config_io
-from sysid_ros.io import fitting, pipeline, results
+from sysid_ros.io import estimator_data, fitting, pipeline, results
 from sysid_ros.io import trajectory as trajectory_io
 
 BOUNDS = {'link1': {'mass': {'min': 0.2, 'max': 3.0}, 'com': {'z': {'min': -0.5, 'max': 0.0}}},
@@ -155,3 +156,18 @@ def test_diagnose_names_each_symptom(problem):
     settled = fitting.diagnose('csvgd', np.ones(30), initial, initial + 0.01, None, 1.0,
                                steps, spec, bayesian=True, spread=wobbling)
     assert settled.converged and not settled.warnings
+
+
+def test_one_compiled_estimator_serves_options_its_method_does_not_read(problem, traj):
+    """lm reads no option, CSVGD only its step size: a Bayesian fit's lm start (100
+    iterations) reuses the lm estimator of a plain fit (200), and a new step size compiles
+    anew (building Estimators only; nothing is compiled here)."""
+    prepared = estimator_data.method_data(
+        problem, pipeline.prepare_trajectories(problem, [traj]), 'shooting')
+
+    def build(method, *options):
+        return fitting.compiled_estimator(problem, method, prepared.target,
+                                          methods.Options(*options))
+    assert build('lm', 1, 1e-2, 100) is build('lm', 3, 5e-2, 200)
+    assert build('csvgd', 4, 1e-2, 100) is build('csvgd', 8, 1e-2, 2)
+    assert build('csvgd', 4, 1e-2, 100) is not build('csvgd', 4, 5e-2, 100)

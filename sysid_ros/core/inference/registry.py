@@ -34,6 +34,7 @@ class Method(NamedTuple):
       particles: what a Bayesian method's particles are, for their intervals
         (`intervals.KINDS`): 'draws' (chains, walkers, a population) or 'quadrature'
         (SVGD's repelling points).
+      reads: the `methods.Options` fields its factory reads (`options_read`).
     """
 
     factory: Callable
@@ -42,18 +43,29 @@ class Method(NamedTuple):
     jittable: bool = True
     minibatch: bool = False
     particles: str = 'draws'
+    reads: tuple[str, ...] = ()
+
+    def options_read(self, options: methods.Options) -> methods.Options:
+        """`options` with the fields the factory does not read set to None: two fits whose
+        options differ only there share one compiled estimator (`io.fitting`'s cache, e.g. lm
+        for a Bayesian method's start and for its own fit), and a factory that reads an
+        undeclared field fails rather than compiling a stale value."""
+        return options._replace(**{f: None for f in options._fields if f not in self.reads})
 
 
 METHODS: dict[str, Method] = {
     'csvgd': Method(methods.make_csvgd, 'shooting', True, minibatch=True,
-                    particles='quadrature'),
+                    particles='quadrature', reads=('learning_rate',)),
     'svgd': Method(methods.make_svgd, 'shooting', True, minibatch=True,
-                   particles='quadrature'),
-    'sgld': Method(methods.make_sgld, 'shooting', True, minibatch=True),
-    'nuts': Method(methods.make_nuts, 'shooting', True),
-    'emcee': Method(methods.make_emcee, 'shooting', True, jittable=False),
-    'cem': Method(methods.make_cem, 'shooting', True),
-    'diffnea': Method(methods.make_diffnea, 'segments', False),
+                   particles='quadrature', reads=('learning_rate',)),
+    'sgld': Method(methods.make_sgld, 'shooting', True, minibatch=True,
+                   reads=('learning_rate', 'num_particles')),
+    'nuts': Method(methods.make_nuts, 'shooting', True, reads=('num_particles', 'iterations')),
+    'emcee': Method(methods.make_emcee, 'shooting', True, jittable=False,
+                    reads=('num_particles',)),
+    'cem': Method(methods.make_cem, 'shooting', True, reads=('num_particles',)),
+    'diffnea': Method(methods.make_diffnea, 'segments', False,
+                      reads=('learning_rate', 'iterations')),
     'nea': Method(methods.make_nea, 'regressor', False),
     'lm': Method(methods.make_lm, 'shooting', False),
 }
@@ -77,4 +89,5 @@ def lookup(method: str) -> Method:
 def make_estimator(method: str, target: methods.Target, options: methods.Options
                    ) -> Estimator:
     """The Estimator of `method` for `target` (see `lookup` for errors)."""
-    return lookup(method).factory(target, options)
+    entry = lookup(method)
+    return entry.factory(target, entry.options_read(options))
