@@ -75,9 +75,14 @@ def make_params_fn(poison_below: float | None = None):
     return params_fn
 
 
+def rollout(theta, num_steps: int):
+    """(T + 1, 4) uncontrolled trajectory from X0 of theta (2,) (traceable: vmap over
+    truths)."""
+    return integrators.rollout(MODEL, make_params_fn()(theta), jnp.asarray(X0),
+                               jnp.zeros((num_steps, 2)), DT, integrator=INTEGRATOR,
+                               actuator=ACTUATOR)
+
+
 def simulate(l1: float, l2: float, num_steps: int) -> np.ndarray:
     """(T + 1, 4) uncontrolled trajectory from X0 with link lengths l1, l2 [m]."""
-    params = make_params_fn()(jnp.asarray(theta_from_lengths([l1, l2])))
-    states = integrators.rollout(MODEL, params, jnp.asarray(X0), jnp.zeros((num_steps, 2)), DT,
-                                 integrator=INTEGRATOR, actuator=ACTUATOR)
-    return np.asarray(states)
+    return np.asarray(rollout(jnp.asarray(theta_from_lengths([l1, l2])), num_steps))

@@ -20,14 +20,14 @@ import numpy as np
 import optax
 
 import csvgd_problems as dp
-from sysid_ros.core.dynamics import integrators
 from sysid_ros.core.inference import csvgd, intervals, registry
 from sysid_ros.core.likelihoods import likelihood as lk
 from sysid_ros.io import config as config_io
 
 TRUTHS, PARTICLES, T = 100, 16, 40
 NOISE = 0.01                      # [rad, rad/s]
-ITERATIONS = config_io.EstimatorConfig().iterations    # the shipped 200
+SHIPPED = config_io.EstimatorConfig()
+ITERATIONS = SHIPPED.iterations   # 200
 LEVELS = (0.5, 0.9, 0.95)
 SETTING = lk.make_shooting_likelihood(dp.MODEL, dp.DT, 1, 'sum', integrator=dp.INTEGRATOR,
                                       actuator=dp.ACTUATOR)
@@ -36,11 +36,8 @@ PARAMS_FN = dp.make_params_fn()
 
 def _recordings(rng, lengths):
     """(TRUTHS, T + 1, 4) noisy states: the start exact, the rest with N(0, NOISE^2)."""
-    def rollout(theta):
-        return integrators.rollout(dp.MODEL, PARAMS_FN(theta), jnp.asarray(dp.X0),
-                                   jnp.zeros((T, 2)), dp.DT, integrator=dp.INTEGRATOR,
-                                   actuator=dp.ACTUATOR)
-    clean = np.asarray(jax.jit(jax.vmap(rollout))(jnp.asarray(dp.theta_from_lengths(lengths))))
+    rollouts = jax.jit(jax.vmap(lambda theta: dp.rollout(theta, T)))
+    clean = np.asarray(rollouts(jnp.asarray(dp.theta_from_lengths(lengths))))
     noisy = clean + NOISE * rng.normal(size=clean.shape)
     noisy[:, 0] = clean[:, 0]
     return noisy
@@ -64,7 +61,7 @@ def test_csvgd_intervals_hold_random_truths_at_the_nominal_rate():
     truth = dp.theta_from_lengths(lengths)
     states = _recordings(rng, lengths)
     kernel = csvgd.make_csvgd(SETTING, dp.SPEC,
-                              optax.adam(config_io.EstimatorConfig().learning_rate),
+                              optax.adam(SHIPPED.learning_rate),
                               params_fn=PARAMS_FN, mesh=None)
     # Starts not at the truth: particles 1 % of each length around a point 0.5 % off it,
     # 8x wider than the posterior in l1 and 0.6x in l2 (one must contract, one spread).
