@@ -40,8 +40,10 @@ log-likelihood with respect to a normalised state (H samples, each costing
 defaults mu = 10, alpha = 0.3 work across noise levels and window lengths, and lambda
 dimensionless.
 
-Kernel: by default ('parameters') a matrix-valued kernel (Wang et al. 2019): the RBF kernel
-(median heuristic) of the z coordinates acts on z, the identity on the shooting states, so the
+Kernel: by default ('parameters') a matrix-valued kernel (Wang et al. 2019): SVGD's kernel
+(`svgd`: RBF with the median heuristic plus linear, on the particles' mean-centred,
+std-normalised coordinates, so that the particles match the posterior's mean and
+covariance) of the z coordinates acts on z, the identity on the shooting states, so the
 parameters follow SVGD while each particle's shooting states follow its own score (they fit
 its own parameters; averaging them over particles with other parameters pulls them off
 their own trajectory). 'all' runs plain SVGD over the whole augmented particle.
@@ -314,8 +316,9 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
         #    particle's own constraint force, weighted 1/P like its own score in phi; then the
         #    optimiser's step. The constraint force is not kernel-averaged: a particle's
         #    multipliers belong to its own defects, and sharing them drove neighbours apart.
-        bandwidth = svgd.median_bandwidth(x, mask=mask)
-        phi = svgd.stein_direction(x, score, bandwidth, mask=mask) - constraint / num
+        scale = svgd.particle_scale(x)
+        bandwidth = svgd.median_bandwidth(x, scale, mask)
+        phi = svgd.stein_direction(x, score, bandwidth, scale, mask) - constraint / num
         updates, opt_state = optimizer.update(-phi, state.opt_state, x)
         x_new = optax.apply_updates(x, updates)
 

@@ -6,9 +6,23 @@ Each iteration follows the kernelised Stein direction (Liu & Wang 2016, eq. 8)
     phi(x_i) = 1/P sum_j [ k(x_j, x_i) grad log p(x_j) + grad_{x_j} k(x_j, x_i) ],
 
 the first term pulling particles to high density (a kernel-weighted average of the scores),
-the second pushing them apart. The kernel is the RBF k(x, y) = exp(-|u(x) - u(y)|^2 / h) on
-normalised coordinates u = x / scale, with the median heuristic h = med^2 / log(P + 1)
-(med: median distance between particles in u). As in blackjax's `vi/svgd.py`, the step is
+the second pushing them apart. The kernel is an RBF plus a linear kernel on the particles'
+own normalised coordinates u = (x - mean) / spread (mean and per-coordinate std of the
+current particles, constants of the step):
+
+    k(x, y) = exp(-|u(x) - u(y)|^2 / h) + u(x) . u(y) + 1,
+
+with the median heuristic h = med^2 / log(P + 1) (med: median distance between particles in
+u). The linear part makes SVGD match moments (Liu & Wang 2018, "SVGD as moment matching"):
+at a fixed point the particles' mean and covariance equal the target's for a Gaussian target,
+at any particle count. With the RBF alone the median heuristic shrinks the spread as the
+dimension grows (measured on Gaussian targets at the fixed point, std / true std: 0.88 in 2-D
+with 16 particles, 0.68 in 4-D, 0.63 in 6-D, 0.50 in 10-D; with the linear part 1.01-1.03
+in all of them, correlated or not), and without the normalisation by the spread the
+narrow directions of an anisotropic target collapsed to a point (std ratio 0.00 for a
+coordinate 100x narrower than the widest). Intervals are read from the particles' mean and
+std (`core.inference.intervals`), so these moments are what calibration rests on.
+As in blackjax's `vi/svgd.py`, the step is
 taken by an optax optimiser on -phi (optax minimises): plain SGD gives x <- x + eps phi.
 
 Bounds. Parameters are moved in the unconstrained coordinates z of a `ParameterSpec`
@@ -47,8 +61,9 @@ __all__ = [
     'PARTICLE_AXIS',
     'SVGDState',
     'SVGDInfo',
+    'particle_scale',
     'median_bandwidth',
-    'rbf_kernel',
+    'stein_kernel',
     'stein_direction',
     'reseed_nonfinite',
     'log_abs_det_jacobian',
@@ -64,6 +79,8 @@ PARTICLE_AXIS = 'particles'
 # Floor of the kernel bandwidth (in squared normalised units): keeps exp(-d^2 / h) finite
 # when all particles coincide.
 _MIN_BANDWIDTH = 1e-12
+# Floor of a coordinate's spread in the kernel's normalisation (coincident particles).
+_MIN_SCALE = 1e-9
 
 
 class SVGDState(NamedTuple):
@@ -106,9 +123,18 @@ class SVGDInfo(NamedTuple):
 # ------------------------------------------------------------------------------------------
 
 def _normalised(x, scale, mask):
-    """(P, D) -> (P, D) kernel coordinates u = x / scale, zero outside `mask`."""
-    u = x if scale is None else x / scale
+    """(P, D) -> (P, D) kernel coordinates u = (x - mean) / scale (mean over the particles),
+    zero outside `mask`."""
+    u = x - jnp.mean(x, axis=0)
+    u = u if scale is None else u / scale
     return u if mask is None else jnp.where(mask, u, 0.0)
+
+
+def particle_scale(x: jax.Array) -> jax.Array:
+    """(P, D) -> (D,) the particles' own spread per coordinate: their std (ddof 0), at least
+    1e-9; the kernel's normalisation, so that it sees every direction of the target on
+    the same scale however narrow the posterior is in it."""
+    return jnp.maximum(jnp.std(x, axis=0), _MIN_SCALE)
 
 
 def _squared_distances(u):
@@ -168,24 +194,32 @@ def _median(values):
     return 0.5 * (lower + upper)
 
 
-def rbf_kernel(x: jax.Array, y: jax.Array, bandwidth, scale=None) -> jax.Array:
-    """k(x, y) = exp(-|(x - y) / scale|^2 / h) for single particles x, y (D,)."""
-    diff = x - y if scale is None else (x - y) / scale
-    return jnp.exp(-jnp.sum(jnp.square(diff)) / bandwidth)
+def stein_kernel(x: jax.Array, y: jax.Array, bandwidth, scale=None, center=None
+                 ) -> jax.Array:
+    """k(x, y) = exp(-|u(x) - u(y)|^2 / h) + u(x) . u(y) + 1 for single particles x, y (D,),
+    u(x) = (x - center) / scale (None: 0 and 1)."""
+    def coords(a):
+        a = a if center is None else a - center
+        return a if scale is None else a / scale
+    u, v = coords(x), coords(y)
+    return jnp.exp(-jnp.sum(jnp.square(u - v)) / bandwidth) + jnp.dot(u, v) + 1.0
 
 
 def stein_direction(x: jax.Array, score: jax.Array, bandwidth, scale=None,
                     mask=None) -> jax.Array:
-    """The SVGD direction phi (P, D) of Liu & Wang (2016), eq. 8, for the RBF kernel.
+    """The SVGD direction phi (P, D) of Liu & Wang (2016), eq. 8, for the kernel of the module
+    doc (RBF plus linear).
 
-    With u = x / scale and K_ij = exp(-|u_i - u_j|^2 / h):
+    With u_i = (x_i - mean_j x_j) / scale and K_ij = exp(-|u_i - u_j|^2 / h):
 
-      phi_i = 1/P sum_j K_ij score_j  +  1/P (2 / h) sum_j K_ij (u_i - u_j) / scale,
+      phi_i = 1/P sum_j (K_ij + u_i . u_j + 1) score_j
+              + 1/P (2 / h) sum_j K_ij (u_i - u_j) / scale  +  u_i / scale,
 
-    the second sum being grad_{x_j} k(x_j, x_i) written out (the kernel is symmetric).
+    the last two terms being grad_{x_j} k(x_j, x_i) summed (the mean and the scale are
+    constants of the step).
 
-    With a `mask`, the kernel is matrix-valued (Wang, Tang, Bajaj & Liu 2019): the RBF kernel
-    of the masked coordinates acts on those coordinates, and the identity kernel delta_ij on
+    With a `mask`, the kernel is matrix-valued (Wang, Tang, Bajaj & Liu 2019): the kernel of
+    the masked coordinates acts on those coordinates, and the identity kernel delta_ij on
     the others, so that an unmasked coordinate moves along its own particle's score only,
     phi_i = score_i / P (e.g. nuisance variables such as shooting states that belong to
     their particle's parameters).
@@ -194,17 +228,18 @@ def stein_direction(x: jax.Array, score: jax.Array, bandwidth, scale=None,
       x: (P, D) particles.
       score: (P, D) grad log p at each particle (must be finite).
       bandwidth: () h.
-      scale: (D,) normalising scale of each coordinate, or None for 1.
-      mask: (D,) bool, coordinates of the RBF kernel, or None for all.
+      scale: (D,) normalising scale of each coordinate (`particle_scale`), or None for 1.
+      mask: (D,) bool, coordinates of the kernel, or None for all.
 
     Returns:
       (P, D) direction of steepest decrease of KL(q || p) in the kernel's RKHS.
     """
     num = x.shape[0]
     u = _normalised(x, scale, mask)
-    kernel = jnp.exp(-_squared_distances(u) / bandwidth)               # (P, P), symmetric
-    attraction = kernel @ score                                          # sum_j K_ij score_j
-    repulsion = (2.0 / bandwidth) * (jnp.sum(kernel, axis=1, keepdims=True) * u - kernel @ u)
+    rbf = jnp.exp(-_squared_distances(u) / bandwidth)                   # (P, P), symmetric
+    attraction = (rbf + u @ u.T + 1.0) @ score
+    repulsion = (2.0 / bandwidth) * (jnp.sum(rbf, axis=1, keepdims=True) * u - rbf @ u) \
+        + num * u
     if scale is not None:
         repulsion = repulsion / scale
     phi = attraction + repulsion
@@ -381,14 +416,15 @@ def resolve_mesh(mesh, num_particles: int):
 
 def make_svgd(log_prob_fn: Callable, optimizer: optax.GradientTransformation, *,
               scale=None, bandwidth=None, jitter: float = 0.1, mesh='auto') -> Kernel:
-    """SVGD over flat particles (P, D) with an RBF kernel and an optax optimiser.
+    """SVGD over flat particles (P, D) with the kernel of the module doc and an optax optimiser.
 
     Args:
       log_prob_fn: `log_prob_fn(x, data) -> ()` for one particle x (D,), e.g. built with
         `unconstrained_log_density` for bounded physical parameters.
       optimizer: optax optimiser applied to -phi over the whole (P, D) array (as blackjax),
         e.g. `optax.sgd(1e-1)` (plain SVGD) or `optax.adam(1e-2)`.
-      scale: (D,) normalising scale of the kernel coordinates, or None for 1.
+      scale: (D,) normalising scale of the kernel coordinates, or None for the particles'
+        own spread at every step (`particle_scale`).
       bandwidth: fixed kernel bandwidth h, or None for the median heuristic at every step.
       jitter: standard deviation of the re-seeding jitter, normalised units.
       mesh: 'auto' (shard the particles when there are several devices), None or a Mesh.
@@ -420,8 +456,9 @@ def make_svgd(log_prob_fn: Callable, optimizer: optax.GradientTransformation, *,
         log_prob, score = value_and_grad(x, data)
         finite = jnp.isfinite(log_prob) & jnp.all(jnp.isfinite(score), axis=-1)
         score = jnp.where(finite[:, None], score, 0.0)
-        h = median_bandwidth(x, scale_arr) if bandwidth is None else jnp.asarray(bandwidth)
-        phi = stein_direction(x, score, h, scale_arr)
+        scale_x = particle_scale(x) if scale_arr is None else scale_arr
+        h = median_bandwidth(x, scale_x) if bandwidth is None else jnp.asarray(bandwidth)
+        phi = stein_direction(x, score, h, scale_x)
         updates, opt_state = optimizer.update(-phi, state.opt_state, x)
         x_new = optax.apply_updates(x, updates)
         key, sub = jax.random.split(state.key)
