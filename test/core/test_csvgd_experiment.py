@@ -35,8 +35,9 @@ RADIUS = 0.25               # [m], "at a truth" = within this distance of it
 
 
 def run_experiment(combine: str, num_steps: int, num_windows: int, num_particles: int,
-                   num_iterations: int, seed: int = 0):
-    """Fit the two trajectories; return the final particles' lengths (P, 2) and a summary."""
+                   num_iterations: int, seeds=(0,)):
+    """Fit the two trajectories once per seed (its own Sobol scramble and key, one compiled
+    step); return the final particles' lengths (len(seeds) P, 2), pooled, and a summary."""
     setting = lk.make_shooting_likelihood(dp.MODEL, dp.DT, num_windows, combine,
                                           integrator=dp.INTEGRATOR, actuator=dp.ACTUATOR)
     states = np.stack([dp.simulate(l1, l2, num_steps) for l1, l2 in TRUTHS])
@@ -50,26 +51,30 @@ def run_experiment(combine: str, num_steps: int, num_windows: int, num_particles
     estimator = csvgd.make_csvgd(setting, dp.SPEC, optax.adam(learning_rate),
                                  params_fn=dp.make_params_fn())
     step = jax.jit(estimator.step)
-    state = estimator.init(jax.random.key(seed),
-                           sobol_particles(dp.SPEC, num_particles, seed=seed), data)
-    start = time.perf_counter()
-    state, info = step(state, data)
-    jax.block_until_ready(state)
-    first = time.perf_counter() - start
-    start = time.perf_counter()
-    for _ in range(num_iterations - 1):
+    lengths, defects, reseeded, first, per_iteration = [], [], 0, None, []
+    for seed in seeds:
+        state = estimator.init(jax.random.key(seed),
+                               sobol_particles(dp.SPEC, num_particles, seed=seed), data)
+        start = time.perf_counter()
         state, info = step(state, data)
-    jax.block_until_ready(state)
-    per_iteration = (time.perf_counter() - start) / max(num_iterations - 1, 1)
-    lengths = dp.lengths_from_theta(state.theta)
+        jax.block_until_ready(state)
+        first = time.perf_counter() - start if first is None else first
+        start = time.perf_counter()
+        for _ in range(num_iterations - 1):
+            state, info = step(state, data)
+        jax.block_until_ready(state)
+        per_iteration.append((time.perf_counter() - start) / max(num_iterations - 1, 1))
+        lengths.append(dp.lengths_from_theta(state.theta))
+        defects.append(np.asarray(info.max_defect))
+        reseeded += int(state.num_reseeded)
+    lengths, defects = np.concatenate(lengths), np.concatenate(defects)
     distance = np.linalg.norm(lengths[:, None] - TRUTHS[None], axis=-1)     # (P, 2)
     summary = dict(
         combine=combine, near_first=int(np.sum(distance[:, 0] < RADIUS)),
         near_second=int(np.sum(distance[:, 1] < RADIUS)), mean=lengths.mean(0).round(3),
-        max_defect=float(np.max(info.max_defect)),
-        median_defect=float(np.median(info.max_defect)),
-        num_reseeded=int(state.num_reseeded), first_step_s=round(first, 1),
-        iteration_ms=round(1e3 * per_iteration, 1))
+        max_defect=float(np.max(defects)), median_defect=float(np.median(defects)),
+        num_reseeded=reseeded, first_step_s=round(first, 1),
+        iteration_ms=round(1e3 * np.mean(per_iteration), 1))
     print(summary)
     return lengths, summary
 
@@ -97,9 +102,11 @@ def _check_product(lengths, summary):
 
 @pytest.mark.parametrize('combine', ['sum', 'product'])
 def test_experiment1_short(combine):
-    """Default-run variant: 1 s trajectories, 5 windows, 16 particles, 300 iterations."""
+    """Default-run variant: 1 s trajectories, 5 windows, 16 particles, 300 iterations, four
+    runs pooled (how 16 particles split between the modes varies from run to run: the
+    first mode got 1-6 of them over six scrambles, and 2-5 with the RBF kernel alone)."""
     lengths, summary = run_experiment(combine, num_steps=100, num_windows=5, num_particles=16,
-                                      num_iterations=300)
+                                      num_iterations=300, seeds=range(4))
     if combine == 'sum':
         _check_sum(lengths, summary, min_fraction=0.125)
     else:
