@@ -54,7 +54,7 @@ Methods, all started from the same P scrambled-Sobol particles (seed §1.1), all
 same number of iterations N with P particles / chains / walkers (hyper-parameters in
 `method_settings`, chosen on pilot runs of this problem, see the report):
   * SVGD (SS) and CSVGD (MS): `csvgd.make_csvgd` with Adam (1e-1, linear decay to 1e-2 over
-    the last fifth), MDMM mu = 3, alpha = 0.1, the RBF kernel over the whole particle
+    the last fifth), MDMM mu = 3, alpha = 0.1, SVGD's kernel over the whole particle
     (kernel='all'); SS is the same estimator with one window (no shooting states), i.e.
     plain SVGD. Chosen on a pilot grid of 8 settings (Adam 5e-2 / 1e-1 / 2e-1, mu 1 / 3 /
     10, kernel 'parameters' / 'all', 300 and 1000 iterations) by the median training

@@ -168,8 +168,9 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
         `CSVGDState.multiplier_rate`); keep it below damping / 10.
       damping: mu >= 0, weight of MDMM's damping term w mu / 2 |c|^2 (initial value of
         `CSVGDState.damping`).
-      kernel: 'parameters' (RBF kernel on z, identity on the shooting states; see the
-        module doc) or 'all' (RBF kernel over the whole particle [z, s_hat]).
+      kernel: 'parameters' (SVGD's kernel on z, identity on the shooting states; see the
+        module doc) or 'all' (SVGD's kernel over the whole particle [z, s_hat]; its linear
+        part off where there are shooting states).
       jacobian: include log |det d theta / d z| (posterior in physical space; see `svgd`).
       jitter: standard deviation of the re-seeding jitter in z.
       mesh: 'auto' (shard particles when several devices exist), None or a jax Mesh.
