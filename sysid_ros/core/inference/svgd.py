@@ -248,8 +248,8 @@ def stein_direction(x: jax.Array, score: jax.Array, bandwidth, scale=None,
       phi_i = 1/P sum_j (K_ij + c (u_i . u_j + 1)) score_j
               + 1/P (2 / h) sum_j K_ij (u_i - u_j) / scale  +  c u_i / scale,
 
-    c = LINEAR_WEIGHT, the last two terms being grad_{x_j} k(x_j, x_i) summed (the mean and the scale are
-    constants of the step).
+    c = LINEAR_WEIGHT times `gate`, the last two terms being grad_{x_j} k(x_j, x_i) summed
+    (the mean and the scale are constants of the step).
 
     With a `mask`, the kernel is matrix-valued (Wang, Tang, Bajaj & Liu 2019): the kernel of
     the masked coordinates acts on those coordinates, and the identity kernel delta_ij on
