@@ -50,7 +50,8 @@ spread the particles too wide: 1.5-1.7x the grid posterior's std on `test_csvgd`
 8-particle, 4-window double pendulum, against 0.93-1.0x with the RBF alone), the identity
 on the shooting states, so the parameters follow SVGD while each particle's shooting states
 follow its own score (they fit its own parameters; averaging them over particles with
-other parameters pulls them off their own trajectory). 'all' runs plain SVGD over the whole augmented particle.
+other parameters pulls them off their own trajectory). 'all' runs plain SVGD over the whole
+augmented particle.
 
 Initialisation (seed §1.1): `particles.initial_particles` draws theta from a scrambled Sobol sequence in
 the bounds on the host; `init` puts the shooting states on the measured data.
@@ -323,8 +324,7 @@ def make_csvgd(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterSpe
         #    multipliers belong to its own defects, and sharing them drove neighbours apart.
         scale = svgd.particle_scale(x)
         bandwidth = svgd.median_bandwidth(x, scale, mask)
-        gate = (svgd.linear_gate(jnp.where(finite, log_prob, jnp.nan), m) if dim == m
-                else 0.0)
+        gate = svgd.linear_gate(log_prob, finite, m) if dim == m else 0.0
         phi = svgd.stein_direction(x, score, bandwidth, scale, mask, gate) - constraint / num
         updates, opt_state = optimizer.update(-phi, state.opt_state, x)
         x_new = optax.apply_updates(x, updates)

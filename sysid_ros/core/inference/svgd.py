@@ -227,15 +227,15 @@ def stein_kernel(x: jax.Array, y: jax.Array, bandwidth, scale=None, center=None
             + LINEAR_WEIGHT * (jnp.dot(u, v) + 1.0))
 
 
-def linear_gate(log_prob: jax.Array, dim: int) -> jax.Array:
-    """() 1.0 where the finite entries of log_prob (P,) spread like the log density of a
-    posterior sample of dimension `dim` (std below GATE sqrt(dim / 2)), else 0.0."""
-    finite = jnp.isfinite(log_prob)
+def linear_gate(log_prob: jax.Array, finite: jax.Array, dim: int) -> jax.Array:
+    """() 1.0 where the entries of log_prob (P,) marked `finite` (P,) (the particles the step
+    keeps) spread like the log density of a posterior sample of dimension `dim` (std below
+    GATE sqrt(dim / 2)), else 0.0."""
     count = jnp.maximum(jnp.sum(finite), 1)
     values = jnp.where(finite, log_prob, 0.0)
     mean = jnp.sum(values) / count
     var = jnp.sum(jnp.where(finite, jnp.square(values - mean), 0.0)) / count
-    return (var < GATE ** 2 * dim / 2.0).astype(log_prob.dtype)
+    return (var < GATE ** 2 * dim / 2.0).astype(values.dtype)
 
 
 def stein_direction(x: jax.Array, score: jax.Array, bandwidth, scale=None,
@@ -493,8 +493,8 @@ def make_svgd(log_prob_fn: Callable, optimizer: optax.GradientTransformation, *,
         score = jnp.where(finite[:, None], score, 0.0)
         scale_x = particle_scale(x) if scale_arr is None else scale_arr
         h = median_bandwidth(x, scale_x) if bandwidth is None else jnp.asarray(bandwidth)
-        phi = stein_direction(x, score, h, scale_x,
-                              gate=linear_gate(jnp.where(finite, log_prob, jnp.nan), x.shape[1]))
+        gate = linear_gate(log_prob, finite, x.shape[1])
+        phi = stein_direction(x, score, h, scale_x, gate=gate)
         updates, opt_state = optimizer.update(-phi, state.opt_state, x)
         x_new = optax.apply_updates(x, updates)
         key, sub = jax.random.split(state.key)
