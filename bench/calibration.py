@@ -27,9 +27,12 @@ Settings:
 
 Online (`--online`): the live estimator's session (`io.online.OnlineSession`) with the
 shipped live configuration `config/double_pendulum_live.yaml` (csvgd, 16 particles, 1 s
-windows, its noise_std), on a recording of its model simulated with that noise and held
-torques; after 10, 30 and 60 windows the particles' central intervals are checked (the rule
-of `Method.particles`, as `FitResult.interval` does for a posterior sample).
+windows, its noise_std), on a recording with that noise and held torques, after 10, 30 and
+60 windows the particles' central intervals are checked (the rule of `Method.particles`, as
+`FitResult.interval` does for a posterior sample). Recordings (`--online-data`):
+  exact   simulated by the live model itself (rk4 at the data rate, multi-sine torques).
+  mujoco  model error: MuJoCo's double pendulum (`heldout.dp_recording` at the live data
+          rate), the session running the live configuration on `heldout`'s URDF of it.
 
 Coverage of a nominal level over n independent truths x M parameters is binomial if the
 method is calibrated: the table gives the pooled rate with its binomial standard error.
@@ -37,11 +40,12 @@ method is calibrated: the table gives the pooled rate with its binomial standard
 Usage:
   .venv/bin/python bench/calibration.py [--cases pendulum dp chain3] [--methods lm csvgd ...]
       [--truths 100] [--settings exact finer mujoco] [--online N]
-      [--online-set SECTION.KEY=VALUE ...] [--set estimator.KEY=VALUE ...] [--quick]
-      [--out DIR]
+      [--online-data exact mujoco] [--online-set SECTION.KEY=VALUE ...]
+      [--set estimator.KEY=VALUE ...] [--quick] [--out DIR]
 Last line: `RESULT calibration key=value ...` with <method>_cov50/_cov90/_cov95 pooled over
 cases and settings (laplace_* for lm), per case/setting keys <case>_<setting>_<method>_cov90,
-and online_cov90 (after the last checkpoint) with online_w<k>_cov<level> per checkpoint.
+and online_cov90 (after the last checkpoint) with online_w<k>_cov<level> per checkpoint
+(online_mujoco_* for the MuJoCo recordings).
 """
 
 from __future__ import annotations
@@ -147,29 +151,42 @@ def own_recorder(case: str, setting: str, noise: float, estimator: dict | None =
     return pipeline.build_problem(case_config(case, estimator=estimator)), record
 
 
+def heldout_dp_model(folder: str) -> dict:
+    """The model section of `heldout`'s double-pendulum URDF (written into `folder`), the
+    model MuJoCo's recordings (`mujoco_recording`) are fitted on."""
+    urdf = os.path.join(folder, 'double_pendulum.urdf')
+    pathlib.Path(urdf).write_text(heldout.double_pendulum_urdf())
+    return {'urdf': urdf, 'joints': list(heldout.DP_JOINTS)}
+
+
+def mujoco_recording(value: dict[str, float], rng: np.random.Generator, noise: float,
+                     duration: float, rate: float) -> Trajectory:
+    """MuJoCo's recording (`heldout.dp_recording`) of the double pendulum with parameter
+    values by name (`link<i>.mass`, `joint<i>.damping` and, where given, `link<i>.com.z`; the
+    URDF's otherwise), sampled at `rate` [Hz], with noise N(0, noise^2) on q and qd."""
+    links = (1, 2)
+    t, q, qd, tau = heldout.dp_recording(
+        rng, dict(mass=[value[f'link{i}.mass'] for i in links],
+                  com_z=[value.get(f'link{i}.com.z', -heldout.hm.DP_LENGTH / 2) for i in links],
+                  damping=[value[f'joint{i}.damping'] for i in links]),
+        duration, inertia_mass=[1.0, 1.0], rate=rate)   # the URDF's rod inertia about the COM
+    return Trajectory(t=t, q=q + rng.normal(0.0, noise, q.shape),
+                      qd=qd + rng.normal(0.0, noise, qd.shape), tau=tau,
+                      joint_names=tuple(heldout.DP_JOINTS), source='mujoco')
+
+
 def mujoco_recorder(noise: float, folder: str, estimator: dict | None = None
                     ) -> tuple[pipeline.Problem, Callable]:
     """The dp fit on `heldout`'s URDF and `record(truth, rng)` by MuJoCo (setting mujoco):
     truth = (mass1, com1, mass2, com2, damping1, damping2) in the dp case's order."""
-    urdf = os.path.join(folder, 'double_pendulum.urdf')
-    pathlib.Path(urdf).write_text(heldout.double_pendulum_urdf())
     config = config_io.from_dict({
-        'model': {'urdf': urdf, 'joints': list(heldout.DP_JOINTS)},
-        'parameters': CASES['dp']['parameters'], 'data': {'rate': heldout.RATE},
-        'estimator': estimator or {}})
+        'model': heldout_dp_model(folder), 'parameters': CASES['dp']['parameters'],
+        'data': {'rate': heldout.RATE}, 'estimator': estimator or {}})
     problem = pipeline.build_problem(config)
-    order = {name: i for i, name in enumerate(problem.spec.names)}
 
     def record(truth, rng):
-        value = {name: truth[i] for name, i in order.items()}
-        links = [value[f'link{i}.mass'] for i in (1, 2)]
-        t, q, qd, tau = heldout.dp_recording(
-            rng, dict(mass=links, com_z=[value[f'link{i}.com.z'] for i in (1, 2)],
-                      damping=[value[f'joint{i}.damping'] for i in (1, 2)]),
-            DURATION, inertia_mass=[1.0, 1.0])          # the URDF's rod inertia about the COM
-        return Trajectory(t=t, q=q + rng.normal(0.0, noise, q.shape),
-                          qd=qd + rng.normal(0.0, noise, qd.shape), tau=tau,
-                          joint_names=tuple(heldout.DP_JOINTS), source='mujoco')
+        return mujoco_recording(dict(zip(problem.spec.names, truth)), rng, noise, DURATION,
+                                heldout.RATE)
 
     return problem, record
 
@@ -220,10 +237,14 @@ def setting_pair(text: str) -> tuple[str, object]:
     return key, yaml.safe_load(value)
 
 
-def live_config(settings: Sequence[tuple[str, object]] = ()) -> config_io.Config:
-    """The shipped live configuration with held torques and `settings`
-    ((`section.key`, value) pairs) replacing its values (validated as a file's)."""
+def live_config(settings: Sequence[tuple[str, object]] = (), model: dict | None = None
+                ) -> config_io.Config:
+    """The shipped live configuration with held torques, `settings` ((`section.key`, value)
+    pairs) replacing its values and `model`, if given, its model section (validated as a
+    file's)."""
     tree = config_io.to_dict(config_io.load_yaml(str(LIVE_CONFIG)))
+    if model is not None:
+        tree['model'] = model
     for key, value in [('data.torque_samples', 'held'), *settings]:
         *sections, name = key.split('.')
         node = tree
@@ -234,10 +255,12 @@ def live_config(settings: Sequence[tuple[str, object]] = ()) -> config_io.Config
 
 
 def online_draws(num_truths: int, seed: int, settings: Sequence[tuple[str, object]] = (),
-                 progress=print) -> dict[int, list[Draw]]:
+                 data: str = 'exact', progress=print) -> dict[int, list[Draw]]:
     """The live session's posterior after each of CHECKPOINTS windows, per random truth
-    (module doc): {windows: [Draw per truth]}; `settings` as `live_config`'s."""
-    cfg = live_config(settings)
+    (module doc): {windows: [Draw per truth]}; `settings` as `live_config`'s. `data`: 'exact'
+    (recorded by the live model itself) or 'mujoco' (by MuJoCo, fitted on `heldout`'s URDF)."""
+    folder = tempfile.mkdtemp(prefix='sysid_calibration_live_')
+    cfg = live_config(settings, heldout_dp_model(folder) if data == 'mujoco' else None)
     problem = pipeline.build_problem(cfg)
     rng = np.random.default_rng(seed)
     draws: dict[int, list[Draw]] = {k: [] for k in CHECKPOINTS}
@@ -245,10 +268,15 @@ def online_draws(num_truths: int, seed: int, settings: Sequence[tuple[str, objec
         truth = rng.uniform(problem.spec.lower, problem.spec.upper)
         session = online.OnlineSession(problem)
         n = session.window_samples
-        traj = simulation.simulate(
-            problem, problem.spec.to_params(truth, problem.base_params),
-            duration=max(CHECKPOINTS) * n / cfg.data.rate, noise=cfg.data.noise_std[0],
-            seed=int(rng.integers(2**31)), torque_scale=TORQUE_SCALE)
+        duration = max(CHECKPOINTS) * n / cfg.data.rate
+        noise = cfg.data.noise_std[0]
+        recorder_seed = int(rng.integers(2**31))
+        traj = (mujoco_recording(dict(zip(problem.spec.names, truth)),
+                                 np.random.default_rng(recorder_seed), noise, duration,
+                                 cfg.data.rate) if data == 'mujoco'
+                else simulation.simulate(problem, problem.spec.to_params(truth, problem.base_params),
+                                         duration=duration, noise=noise, seed=recorder_seed,
+                                         torque_scale=TORQUE_SCALE))
         start = time.perf_counter()
         for w in range(max(CHECKPOINTS)):
             part = slice(w * n, (w + 1) * n)
@@ -261,7 +289,7 @@ def online_draws(num_truths: int, seed: int, settings: Sequence[tuple[str, objec
                                          time.perf_counter() - start, percentile))
         if progress:
             cov = np.mean([d.inside[1] for d in draws[max(CHECKPOINTS)]])
-            progress(f'  online: {i + 1}/{num_truths} truths, cov90 after '
+            progress(f'  online ({data}): {i + 1}/{num_truths} truths, cov90 after '
                      f'{max(CHECKPOINTS)} windows so far {cov:.2f} '
                      f'({time.perf_counter() - start:.0f} s)')
     return draws
@@ -362,6 +390,10 @@ def main(argv=None) -> int:
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--online', type=int, default=0, metavar='N',
                         help='also the live session on N truths (0: not run)')
+    parser.add_argument('--online-data', nargs='+', default=['exact'],
+                        choices=('exact', 'mujoco'),
+                        help="the live session's recordings: its own model's (exact) or "
+                             "MuJoCo's on heldout's URDF (mujoco, model error)")
     parser.add_argument('--online-set', type=setting_pair, action='append', default=[],
                         metavar='SECTION.KEY=VALUE',
                         help="replace a value of the live configuration (repeatable), e.g. "
@@ -406,15 +438,17 @@ def main(argv=None) -> int:
                 pooled = print_table(key, draws, names)
                 label = 'laplace' if method == 'lm' else method
                 summary[f'{case}_{setting}_{label}_cov90'] = pooled[1]
-    if args.online:
+    for data in args.online_data if args.online else ():
         names = pipeline.build_problem(live_config(args.online_set)).spec.names
-        for windows, draws in online_draws(args.online, args.seed, args.online_set).items():
-            key = f'online/after {windows} windows'
+        prefix = 'online' if data == 'exact' else f'online_{data}'
+        for windows, draws in online_draws(args.online, args.seed, args.online_set,
+                                           data).items():
+            key = f'{prefix}/after {windows} windows'
             groups[key] = draws
             pooled = print_table(key, draws, names)
             for level, value in zip(LEVELS, pooled):
-                summary[f'online_w{windows}_cov{round(100 * level)}'] = value
-        summary['online_cov90'] = summary[f'online_w{max(CHECKPOINTS)}_cov90']
+                summary[f'{prefix}_w{windows}_cov{round(100 * level)}'] = value
+        summary[f'{prefix}_cov90'] = summary[f'{prefix}_w{max(CHECKPOINTS)}_cov90']
 
     for method in args.methods:
         label = 'laplace' if method == 'lm' else method

@@ -228,17 +228,18 @@ def write_bag(path: str, t, q, qd, tau, joints: Sequence[str], seed: int, case: 
 
 
 def dp_recording(rng: np.random.Generator, truth: dict, duration: float,
-                 inertia_mass: Sequence[float]):
+                 inertia_mass: Sequence[float], rate: float = RATE):
     """Simulate the double pendulum with `truth` ({'mass', 'com_z', 'damping'}: (2,) each)
     from rest at random angles in [-1, 1] rad under multi-sine torques (3 sines, 0.1-1.5 Hz),
     peaks first 0.6 of each joint's largest gravity torque; a draw whose speed exceeds
     MAX_SPEED is redrawn 0.7 times weaker, one whose speed stays under MIN_SPEED (no chaotic
-    swinging) 1.4 times stronger. Returns (t, q, qd, tau) noise-free."""
+    swinging) 1.4 times stronger. Sampled at `rate` [Hz], torques held between samples.
+    Returns (t, q, qd, tau) noise-free."""
     mass, com = np.asarray(truth['mass']), np.abs(np.asarray(truth['com_z']))
     model = hm.mujoco.MjModel.from_xml_string(hm.double_pendulum_mjcf(
         mass, truth['com_z'], truth['damping'], inertia_mass=inertia_mass))
-    num = int(round(duration * RATE)) + 1
-    t = np.arange(num) / RATE
+    num = int(round(duration * rate)) + 1
+    t = np.arange(num) / rate
     peak = 0.6 * GRAVITY * np.array([mass[0] * com[0] + mass[1] * hm.DP_LENGTH,
                                       mass[1] * com[1]])
     best = None
@@ -249,7 +250,7 @@ def dp_recording(rng: np.random.Generator, truth: dict, duration: float,
         def controller(k, tk, q, qd, data, torque=torque):
             return torque[k]
 
-        t, q, qd, tau = hm.simulate(model, q0, np.zeros(2), controller, duration, RATE)
+        t, q, qd, tau = hm.simulate(model, q0, np.zeros(2), controller, duration, rate)
         speed = np.max(np.abs(qd)) if np.all(np.isfinite(qd)) else math.inf
         if speed > MAX_SPEED:
             peak = 0.7 * peak
