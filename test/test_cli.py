@@ -46,7 +46,7 @@ def workdir(tmp_path_factory):
     """A config and a simulated data file (via `sysid simulate`)."""
     root = tmp_path_factory.mktemp('cli')
     config = root / 'dp.yaml'
-    config.write_text(yaml.safe_dump(_config()))
+    config.write_text(yaml.safe_dump(_config(), sort_keys=False))
     data = root / 'run.npz'
     assert cli.main(['simulate', '--config', str(config), '--out', str(data),
                      '--duration', '5', '--noise', '0.001', '--seed', '3']) == 0

@@ -34,7 +34,7 @@ def workdir(tmp_path_factory):
     """A config and a bag of four simulated runs at 200 Hz (resampled to 100 Hz on reading)."""
     root = tmp_path_factory.mktemp('cli_bags')
     config = root / 'dp.yaml'
-    config.write_text(yaml.safe_dump(_config()))
+    config.write_text(yaml.safe_dump(_config(), sort_keys=False))
     cfg = config_io.load_yaml(config)
     fine = pipeline.build_problem(dataclasses.replace(
         cfg, data=dataclasses.replace(cfg.data, rate=200.0)))

@@ -220,7 +220,7 @@ def test_fit_from_a_bag_with_a_mocap_topic_identifies_the_payload(problem, recor
     same = np.abs(np.sum(read.mocap_orientation * recording.mocap_orientation, axis=-1))
     np.testing.assert_allclose(same, 1.0, atol=1e-9)
     config = tmp_path / 'payload.yaml'
-    config.write_text(yaml.safe_dump({'/**': {'ros__parameters': _config()}}))
+    config.write_text(yaml.safe_dump({'/**': {'ros__parameters': _config()}}, sort_keys=False))
     out = tmp_path / 'out'
     assert cli.main(['fit', '--config', str(config), '--bag', str(bag),
                      '--out', str(out)]) == 0
