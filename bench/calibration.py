@@ -9,9 +9,9 @@ method (csvgd, svgd, sgld, nuts, emcee, cem) from its particles as the method's
 mean +- z std; `core.inference.intervals`), estimate +- t std of the Laplace covariance for
 lm (Student-t quantiles with the covariance's dof). Plain percentiles are printed beside them.
 Beside the coverage, the rank of the truth in the posterior (SBC, Talts et al. 2018: the
-fraction of particles below the truth, or the t CDF of (truth - estimate) / std for a
-Laplace posterior) is uniform on [0, 1] for a calibrated method; their histograms go to
-`calibration.png`.
+number of particles below the truth, randomised within its cell, `particle_rank`, or the t
+CDF of (truth - estimate) / std for a Laplace posterior) is uniform on [0, 1] for a
+calibrated method; their histograms go to `calibration.png`.
 
 Cases (every recording 100 Hz, random multi-sine torques, noise N(0, --noise^2) on q and qd):
   pendulum  one link: mass, COM along the link, viscous damping.
@@ -109,7 +109,7 @@ class Draw(NamedTuple):
 
     Attributes:
       truth: (M,) physical units.
-      rank: (M,) SBC rank in [0, 1] of the truth in the posterior.
+      rank: (M,) SBC rank in [0, 1] of the truth in the posterior (`particle_rank`).
       inside: (len(LEVELS), M) whether each central interval holds the truth.
       converged: the fit's own verdict.
       seconds: wall time of the fit [s].
@@ -201,29 +201,39 @@ def percentile_interval(particles: np.ndarray, level: float) -> np.ndarray:
     return np.percentile(particles, [50.0 * (1.0 - level), 50.0 * (1.0 + level)], axis=0)
 
 
-def posterior_checks(result: fitting.FitResult, truth: np.ndarray
+def particle_rank(particles: np.ndarray, truth: np.ndarray, rng: np.random.Generator
+                  ) -> np.ndarray:
+    """(M,) SBC rank of the truth (M,) among particles (P, M): (number below + U) / (P + 1),
+    U ~ Uniform(0, 1). Uniform on [0, 1] when the truth is exchangeable with the particles;
+    the plain fraction below (k / P, P + 1 values) aliased against the histogram's bins."""
+    below = np.sum(particles < truth, axis=0)
+    return (below + rng.uniform(size=below.shape)) / (particles.shape[0] + 1)
+
+
+def posterior_checks(result: fitting.FitResult, truth: np.ndarray, rng: np.random.Generator
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """SBC rank (M,), interval membership (len(LEVELS), M) of a truth under a fit (the
     intervals are the fit's own, `FitResult.interval`, as `estimate.yaml` reports them) and
-    that of plain percentiles of a posterior sample (None for Laplace)."""
+    that of plain percentiles of a posterior sample (None for Laplace); `rng` randomises a
+    sample's rank (`particle_rank`)."""
     if result.covariance is not None:           # Laplace: estimate + std * t(dof) or N(0, 1)
         z = (truth - result.estimate) / np.maximum(result.std, 1e-300)
         rank = (stats.t.cdf(z, result.covariance_dof) if result.covariance_dof
                 else stats.norm.cdf(z))
         percentile = None
     else:                                       # a posterior sample
-        rank = np.mean(result.particles < truth, axis=0)
+        rank = particle_rank(result.particles, truth, rng)
         percentile = membership(functools.partial(percentile_interval, result.particles),
                                 truth)
     return rank, membership(result.interval, truth), percentile
 
 
-def sample_checks(particles: np.ndarray, truth: np.ndarray, kind: str
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """SBC rank (M,), membership (len(LEVELS), M) of the central intervals of posterior
-    particles (P, M) that are `kind` (`core.inference.intervals`, as `FitResult.interval`)
-    and of their plain percentiles."""
-    return (np.mean(particles < truth, axis=0),
+def sample_checks(particles: np.ndarray, truth: np.ndarray, kind: str,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """SBC rank (M,) (`particle_rank`), membership (len(LEVELS), M) of the central intervals
+    of posterior particles (P, M) that are `kind` (`core.inference.intervals`, as
+    `FitResult.interval`) and of their plain percentiles."""
+    return (particle_rank(particles, truth, rng),
             membership(functools.partial(intervals.central_interval, particles, kind=kind),
                        truth),
             membership(functools.partial(percentile_interval, particles), truth))
@@ -271,12 +281,14 @@ def online_draws(num_truths: int, seed: int, settings: Sequence[tuple[str, objec
         duration = max(CHECKPOINTS) * n / cfg.data.rate
         noise = cfg.data.noise_std[0]
         recorder_seed = int(rng.integers(2**31))
-        traj = (mujoco_recording(dict(zip(problem.spec.names, truth)),
-                                 np.random.default_rng(recorder_seed), noise, duration,
-                                 cfg.data.rate) if data == 'mujoco'
-                else simulation.simulate(problem, problem.spec.to_params(truth, problem.base_params),
-                                         duration=duration, noise=noise, seed=recorder_seed,
-                                         torque_scale=TORQUE_SCALE))
+        if data == 'mujoco':
+            traj = mujoco_recording(dict(zip(problem.spec.names, truth)),
+                                    np.random.default_rng(recorder_seed), noise, duration,
+                                    cfg.data.rate)
+        else:
+            params = problem.spec.to_params(truth, problem.base_params)
+            traj = simulation.simulate(problem, params, duration=duration, noise=noise,
+                                       seed=recorder_seed, torque_scale=TORQUE_SCALE)
         start = time.perf_counter()
         for w in range(max(CHECKPOINTS)):
             part = slice(w * n, (w + 1) * n)
@@ -284,7 +296,8 @@ def online_draws(num_truths: int, seed: int, settings: Sequence[tuple[str, objec
                                   tau=traj.tau[part]))
             if w + 1 in draws:
                 rank, inside, percentile = sample_checks(
-                    session.particles, truth, registry.lookup(session.method).particles)
+                    session.particles, truth, registry.lookup(session.method).particles,
+                    np.random.default_rng((seed, i, w)))
                 draws[w + 1].append(Draw(truth, rank, inside, session.divergences == 0,
                                          time.perf_counter() - start, percentile))
         if progress:
@@ -307,7 +320,8 @@ def run_case(problem: pipeline.Problem, record: Callable, label: str, method: st
         traj = record(truth, rng)
         start = time.perf_counter()
         result = pipeline.fit(problem, [traj], method=method, seed=i, log=lambda _: None)
-        rank, inside, percentile = posterior_checks(result, truth)
+        rank, inside, percentile = posterior_checks(result, truth,
+                                                    np.random.default_rng((seed, i)))
         draws.append(Draw(truth, rank, inside, bool(result.converged),
                           time.perf_counter() - start, percentile))
         if progress and (i + 1) % max(1, num_truths // 5) == 0:
