@@ -479,7 +479,8 @@ np.savez(sys.argv[1], sgld=sgld.particles, nuts=nuts.particles, cem=cem.particle
 
 @pytest.mark.slow
 def test_particles_sharded_over_two_devices_give_the_same_result(tmp_path):
-    env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2')
+    env = dict(os.environ, XLA_FLAGS=(os.environ.get('XLA_FLAGS', '')
+                                      + ' --xla_force_host_platform_device_count=2'))
     out = tmp_path / 'two.npz'
     subprocess.run([sys.executable, '-c', _TWO_DEVICES, str(out),
                     str(pathlib.Path(__file__).parent)], check=True, env=env, timeout=600)

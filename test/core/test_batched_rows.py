@@ -20,6 +20,16 @@ from sysid_ros.core.model import builders
 # Past 16,384 and not a multiple of a SIMD width; on 0.10.2 every row from 16,384 on was wrong.
 ROWS = 20_001
 
+# Compiled at XLA's default backend optimisation level (3, `DebugOptions`), what users run:
+# the test session's conftest lowers it for speed, and a miscompile may depend on it.
+PRODUCTION = {'xla_backend_optimization_level': 3}
+
+
+def _production_jit(function, *args):
+    """`jax.jit(function)(*args)`, compiled with the PRODUCTION options."""
+    return jax.jit(function).lower(*args).compile(compiler_options=PRODUCTION)(*args)
+
+
 # Tilted joint axes: rotations and inertias with every 3x3 entry non-zero.
 MODEL, PARAMS = builders.chain(3, lengths=[0.3, 0.4, 0.2], masses=[1.0, 2.0, 0.5],
                                axis=(0.0, 0.6, 0.8))
@@ -30,7 +40,7 @@ def test_vmapped_matvec_then_sum_matches_numpy():
     rng = np.random.default_rng(0)
     matrix = rng.normal(size=(3, 3))
     rows = rng.normal(size=(ROWS, 3))
-    batched = jax.jit(jax.vmap(lambda row: jnp.sum((matrix @ row) ** 2)))(rows)
+    batched = _production_jit(jax.vmap(lambda row: jnp.sum((matrix @ row) ** 2)), rows)
     np.testing.assert_allclose(batched, np.sum((rows @ matrix.T) ** 2, axis=1), rtol=1e-13)
 
 
@@ -49,9 +59,9 @@ def test_batched_dynamics_match_row_by_row(function):
     one_row = functools.partial(function, MODEL, PARAMS)
     rng = np.random.default_rng(1)
     q, qd, third = (rng.normal(size=(ROWS, MODEL.nv)) for _ in range(3))
-    batched = np.asarray(jax.jit(jax.vmap(one_row))(q, qd, third)).reshape(ROWS, -1)
-    row_by_row = np.asarray(jax.jit(
-        lambda *states: jax.lax.map(lambda state: one_row(*state), states))(q, qd, third))
+    batched = np.asarray(_production_jit(jax.vmap(one_row), q, qd, third)).reshape(ROWS, -1)
+    row_by_row = np.asarray(_production_jit(
+        lambda *states: jax.lax.map(lambda state: one_row(*state), states), q, qd, third))
     row_by_row = row_by_row.reshape(ROWS, -1)
     row_scale = np.abs(row_by_row).max(axis=1)
     assert np.all(row_scale > 0)

@@ -212,8 +212,8 @@ def test_two_host_devices_give_the_result_of_one(tmp_path):
     starts) and on one device here."""
     out = tmp_path / 'sharded.npz'
     test_dir = str(pathlib.Path(__file__).resolve().parent)
-    env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=2',
-               JAX_PLATFORMS='cpu')
+    env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=(
+        os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=2'))
     env['PYTHONPATH'] = os.pathsep.join(sys.path)
     script = _SHARDED_SCRIPT.format(test_dir=test_dir, out=str(out))
     result = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True,
