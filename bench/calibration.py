@@ -265,12 +265,15 @@ def live_config(settings: Sequence[tuple[str, object]] = (), model: dict | None 
 
 
 def online_draws(num_truths: int, seed: int, settings: Sequence[tuple[str, object]] = (),
-                 data: str = 'exact', progress=print) -> dict[int, list[Draw]]:
+                 data: str = 'exact', progress=print
+                 ) -> tuple[tuple[str, ...], dict[int, list[Draw]]]:
     """The live session's posterior after each of CHECKPOINTS windows, per random truth
-    (module doc): {windows: [Draw per truth]}; `settings` as `live_config`'s. `data`: 'exact'
-    (recorded by the live model itself) or 'mujoco' (by MuJoCo, fitted on `heldout`'s URDF)."""
-    folder = tempfile.mkdtemp(prefix='sysid_calibration_live_')
-    cfg = live_config(settings, heldout_dp_model(folder) if data == 'mujoco' else None)
+    (module doc): (parameter names, {windows: [Draw per truth]}); `settings` as
+    `live_config`'s. `data`: 'exact' (recorded by the live model itself) or 'mujoco' (by
+    MuJoCo, fitted on `heldout`'s URDF)."""
+    model = (heldout_dp_model(tempfile.mkdtemp(prefix='sysid_calibration_live_'))
+             if data == 'mujoco' else None)
+    cfg = live_config(settings, model)
     problem = pipeline.build_problem(cfg)
     rng = np.random.default_rng(seed)
     draws: dict[int, list[Draw]] = {k: [] for k in CHECKPOINTS}
@@ -305,7 +308,7 @@ def online_draws(num_truths: int, seed: int, settings: Sequence[tuple[str, objec
             progress(f'  online ({data}): {i + 1}/{num_truths} truths, cov90 after '
                      f'{max(CHECKPOINTS)} windows so far {cov:.2f} '
                      f'({time.perf_counter() - start:.0f} s)')
-    return draws
+    return problem.spec.names, draws
 
 
 def run_case(problem: pipeline.Problem, record: Callable, label: str, method: str,
@@ -453,10 +456,9 @@ def main(argv=None) -> int:
                 label = 'laplace' if method == 'lm' else method
                 summary[f'{case}_{setting}_{label}_cov90'] = pooled[1]
     for data in args.online_data if args.online else ():
-        names = pipeline.build_problem(live_config(args.online_set)).spec.names
         prefix = 'online' if data == 'exact' else f'online_{data}'
-        for windows, draws in online_draws(args.online, args.seed, args.online_set,
-                                           data).items():
+        names, by_windows = online_draws(args.online, args.seed, args.online_set, data)
+        for windows, draws in by_windows.items():
             key = f'{prefix}/after {windows} windows'
             groups[key] = draws
             pooled = print_table(key, draws, names)
