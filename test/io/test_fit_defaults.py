@@ -15,6 +15,7 @@ BOUNDS = {'link1': {'mass': {'min': 0.2, 'max': 3.0}, 'com': {'z': {'min': -0.5,
           'link2': {'mass': {'min': 0.2, 'max': 3.0}, 'com': {'z': {'min': -0.5, 'max': 0.0}}},
           'joint1': {'damping': {'min': 0.0, 'max': 0.5}},
           'joint2': {'damping': {'min': 0.0, 'max': 0.5}}}
+NOISE = 1e-4                                          # [rad, rad/s]
 
 
 def _config(parameters=BOUNDS, **estimator):
@@ -41,7 +42,7 @@ def truth(problem):
 @pytest.fixture(scope='module')
 def traj(problem, truth):
     params = problem.spec.to_params(truth, problem.base_params)
-    return pipeline.simulate(problem, params, duration=8.0, noise=1e-4, seed=3,
+    return pipeline.simulate(problem, params, duration=8.0, noise=NOISE, seed=3,
                              torque_scale=3.0)
 
 
@@ -127,6 +128,25 @@ def test_bayesian_methods_start_from_the_lm_estimate_and_take_mini_batches(probl
     spread = result.initial.std(axis=0) / (result.upper - result.lower)
     assert np.all(spread < 0.05)                 # near the estimate, not Sobol over the box
     assert not result.converged and result.warnings       # two steps: said so
+
+
+def test_the_bayesian_windows_noise_is_read_at_their_own_fit(problem, traj, truth, lm_fit):
+    """The noise std of the Bayesian windows comes from their own joint fit of parameters
+    and starts, whatever estimate it starts from: read at an estimate 4 of lm's stds off the
+    truth (which the shorter windows of lm allow), these residuals were 1.1-5 times the
+    noise, and the posterior that much wider."""
+    bayes = pipeline.build_problem(config_io.from_dict(_config(
+        method='csvgd', particles=4, iterations=2, batch=2, start='measured')))
+    point = lm_fit[0]
+    noise = []
+    for offset in (0.0, 4.0):
+        theta = np.clip(truth + offset * point.std, point.lower, point.upper)
+        prepared = estimator_data.method_data(bayes, [traj], 'shooting', theta=theta)
+        refit = fitting.refit_windows(bayes, prepared, theta)
+        assert refit.info['noise_std_source'] == 'residuals'
+        noise.append(np.asarray(refit.data.noise_std))
+    np.testing.assert_allclose(noise[0], NOISE, rtol=0.1)        # 4 se of 804 samples
+    np.testing.assert_allclose(noise[1], noise[0], rtol=1e-4)
 
 
 def test_diagnose_names_each_symptom(problem):

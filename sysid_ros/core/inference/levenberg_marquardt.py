@@ -66,7 +66,7 @@ import jax.numpy as jnp
 from sysid_ros.core.inference.base import Kernel
 
 __all__ = ['FTOL', 'MAX_DAMPING', 'INITIAL_DAMPING', 'DIAG_FLOOR', 'Linearization',
-           'LMState', 'LMInfo', 'linearize', 'make_levenberg_marquardt', 'schur_hessian',
+           'LMState', 'LMInfo', 'linearize', 'make_levenberg_marquardt', 'run', 'schur_hessian',
            'laplace_covariance', 'covariance_dof', 'Identifiability', 'identifiability']
 
 FTOL = 1e-10
@@ -244,6 +244,21 @@ def make_levenberg_marquardt(block_residual_fn: Callable, lower, upper) -> Kerne
         return new_state, info
 
     return Kernel(init=init, step=step)
+
+
+def run(kernel: Kernel, theta0, starts0, data, max_steps: int, prior=None) -> LMState:
+    """The state after `kernel`'s steps from (theta0 (M,), starts0 (K, S)) until it has
+    converged or taken `max_steps` (jit-able: a `lax.while_loop`)."""
+    def unconverged(carry):
+        count, state = carry
+        return (count < max_steps) & ~state.converged
+
+    def advance(carry):
+        count, state = carry
+        return count + 1, kernel.step(state, data, prior)[0]
+
+    start = kernel.init(theta0, starts0, data, prior)
+    return jax.lax.while_loop(unconverged, advance, (0, start))[1]
 
 
 def laplace_covariance(lin: Linearization) -> jax.Array:
