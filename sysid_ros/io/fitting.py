@@ -498,10 +498,12 @@ def refit_windows(problem: Problem, prepared: estimator_data.MethodData, theta
         t, data = carry
         joint = lm.run(kernel, t, data.x0, data, REFIT_STEPS)
         data = data._replace(x0=joint.starts)
-        if estimated:
+        if estimated:        # non-finite residuals (a diverged window) keep the last estimate
             free = spec.num_params + data.x0.size
-            data = data._replace(noise_std=lik.residual_noise_std(
-                setting, spec.to_params(joint.theta, base), data, free))
+            noise = lik.residual_noise_std(setting, spec.to_params(joint.theta, base), data,
+                                           free)
+            data = data._replace(noise_std=jnp.where(jnp.isfinite(noise) & (noise > 0.0),
+                                                     noise, data.noise_std))
         return joint.theta, data
 
     def refit(t, data):
