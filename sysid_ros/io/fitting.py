@@ -491,28 +491,33 @@ def refit_windows(problem: Problem, prepared: estimator_data.MethodData, theta
     key = ('refit_windows', problem.model, problem.spec, setting, estimated,
            params_digest(problem.base_params))
     spec, base = problem.spec, problem.base_params
-    kernel = lm.make_levenberg_marquardt(methods.window_residual_fn(prepared.target),
-                                         spec.lower, spec.upper)
 
-    def refit_round(_, carry):
-        t, data = carry
-        joint = lm.run(kernel, t, data.x0, data, REFIT_STEPS)
-        data = data._replace(x0=joint.starts)
-        if estimated:        # non-finite residuals (a diverged window) keep the last estimate
-            free = spec.num_params + data.x0.size
-            noise = lik.residual_noise_std(setting, spec.to_params(joint.theta, base), data,
-                                           free)
-            data = data._replace(noise_std=jnp.where(jnp.isfinite(noise) & (noise > 0.0),
-                                                     noise, data.noise_std))
-        return joint.theta, data
+    def build():
+        kernel = lm.make_levenberg_marquardt(methods.window_residual_fn(prepared.target),
+                                             spec.lower, spec.upper)
 
-    def refit(t, data):
-        data = data._replace(x0=lik.fit_window_starts(setting, spec.to_params(t, base), data))
-        data = jax.lax.fori_loop(0, REFIT_ROUNDS if estimated else 1, refit_round,
-                                 (t, data))[1]
-        return data.x0, data.noise_std
+        def refit_round(_, carry):
+            t, data = carry
+            joint = lm.run(kernel, t, data.x0, data, REFIT_STEPS)
+            data = data._replace(x0=joint.starts)
+            if estimated:    # non-finite residuals (a diverged window) keep the last estimate
+                free = spec.num_params + data.x0.size
+                noise = lik.residual_noise_std(setting, spec.to_params(joint.theta, base),
+                                               data, free)
+                data = data._replace(noise_std=jnp.where(
+                    jnp.isfinite(noise) & (noise > 0.0), noise, data.noise_std))
+            return joint.theta, data
 
-    x0, noise = cached(key, lambda: jax.jit(refit))(jnp.asarray(theta), prepared.data)
+        def refit(t, data):
+            data = data._replace(x0=lik.fit_window_starts(setting, spec.to_params(t, base),
+                                                          data))
+            data = jax.lax.fori_loop(0, REFIT_ROUNDS if estimated else 1, refit_round,
+                                     (t, data))[1]
+            return data.x0, data.noise_std
+
+        return jax.jit(refit)
+
+    x0, noise = cached(key, build)(jnp.asarray(theta), prepared.data)
     data, info = prepared.data._replace(x0=x0), dict(prepared.info, window_starts='fitted')
     if estimated:
         data = data._replace(noise_std=noise)
