@@ -51,6 +51,7 @@ and online_cov90 (after the last checkpoint) with online_w<k>_cov<level> per che
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
 import os
 import pathlib
@@ -116,6 +117,7 @@ class Draw(NamedTuple):
       inside_percentile: (len(LEVELS), M) membership of the plain central percentiles of
         a posterior sample (what the intervals were before `core.inference.intervals`), or
         None for a Laplace fit.
+      warnings: the fit's warning lines (`FitResult.warnings`).
     """
 
     truth: np.ndarray
@@ -124,6 +126,7 @@ class Draw(NamedTuple):
     converged: bool
     seconds: float
     inside_percentile: np.ndarray | None = None
+    warnings: tuple[str, ...] = ()
 
 
 def case_config(case: str, fine: bool = False, estimator: dict | None = None
@@ -302,7 +305,7 @@ def online_draws(num_truths: int, seed: int, settings: Sequence[tuple[str, objec
                     session.particles, truth, registry.lookup(session.method).particles,
                     np.random.default_rng((seed, i, w)))
                 draws[w + 1].append(Draw(truth, rank, inside, session.divergences == 0,
-                                         time.perf_counter() - start, percentile))
+                                         time.perf_counter() - start, percentile, tuple(result.warnings)))
         if progress:
             cov = np.mean([d.inside[1] for d in draws[max(CHECKPOINTS)]])
             progress(f'  online ({data}): {i + 1}/{num_truths} truths, cov90 after '
@@ -326,7 +329,7 @@ def run_case(problem: pipeline.Problem, record: Callable, label: str, method: st
         rank, inside, percentile = posterior_checks(result, truth,
                                                     np.random.default_rng((seed, i)))
         draws.append(Draw(truth, rank, inside, bool(result.converged),
-                          time.perf_counter() - start, percentile))
+                          time.perf_counter() - start, percentile, tuple(result.warnings)))
         if progress and (i + 1) % max(1, num_truths // 5) == 0:
             cov = np.mean([d.inside[1] for d in draws])
             progress(f'  {label}: {i + 1}/{num_truths} truths, cov90 so far {cov:.2f}, '
@@ -367,6 +370,16 @@ def plot_ranks(path: str, groups: dict[str, list[Draw]], bins: int = 10) -> None
     plt.close(fig)
 
 
+def symptom(warning: str) -> str:
+    """A warning line of `fitting.diagnose` shortened to its kind."""
+    for key, kind in (('did not converge', 'budget'), ('spread', 'spread'),
+                      ('never moved', 'unmoved'), ('defects', 'defects'),
+                      ('misses the data', 'loss'), ('one particle', 'one particle')):
+        if key in warning:
+            return kind
+    return 'other'
+
+
 def print_table(key: str, draws: list[Draw], names) -> np.ndarray:
     """Print the coverage per parameter and pooled; return the pooled (len(LEVELS),)."""
     cov = coverage(draws)
@@ -385,6 +398,9 @@ def print_table(key: str, draws: list[Draw], names) -> np.ndarray:
         kept = np.mean([d.inside for d in done], axis=(0, 2))
         print(f'{"converged fits only":20}' + ''.join(f'{p:9.3f}' for p in kept)
               + f'   ({len(done)} fits)')
+    symptoms = collections.Counter(symptom(line) for d in draws for line in d.warnings)
+    if symptoms:
+        print('warnings: ' + ', '.join(f'{k} {v}' for k, v in symptoms.most_common()))
     if draws[0].inside_percentile is not None:
         plain = np.mean([d.inside_percentile for d in draws], axis=(0, 2))
         print(f'{"plain percentiles":20}' + ''.join(f'{p:9.3f}' for p in plain))

@@ -180,9 +180,10 @@ def test_diagnose_names_each_symptom(problem):
 
 
 def test_one_compiled_estimator_serves_options_its_method_does_not_read(problem, traj):
-    """lm reads no option, CSVGD only its step size: a Bayesian fit's lm start (100
-    iterations) reuses the lm estimator of a plain fit (200), and a new step size compiles
-    anew (building Estimators only; nothing is compiled here)."""
+    """lm reads no option, CSVGD its step size and the iterations its step decays over,
+    not the particle count: a Bayesian fit's lm start (100 iterations) reuses the lm
+    estimator of a plain fit (200), and a new step size or iteration count compiles anew
+    (building Estimators only; nothing is compiled here)."""
     prepared = estimator_data.method_data(
         problem, pipeline.prepare_trajectories(problem, [traj]), 'shooting')
 
@@ -190,5 +191,6 @@ def test_one_compiled_estimator_serves_options_its_method_does_not_read(problem,
         return fitting.compiled_estimator(problem, method, prepared.target,
                                           methods.Options(*options))
     assert build('lm', 1, 1e-2, 100) is build('lm', 3, 5e-2, 200)
-    assert build('csvgd', 4, 1e-2, 100) is build('csvgd', 8, 1e-2, 2)
+    assert build('csvgd', 4, 1e-2, 100) is build('csvgd', 8, 1e-2, 100)
     assert build('csvgd', 4, 1e-2, 100) is not build('csvgd', 4, 5e-2, 100)
+    assert build('csvgd', 4, 1e-2, 100) is not build('csvgd', 4, 1e-2, 2)

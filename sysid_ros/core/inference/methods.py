@@ -13,6 +13,13 @@ A factory per method, all with the signature `make_<method>(target, options) -> 
     `Target.likelihood` an `EquationErrorLikelihood`, data a `TorqueData`) unchanged: it
     has no shooting states, no start states and no defects, and the generic functions of
     `likelihoods.likelihood` that these methods call dispatch to it.
+  * CSVGD and SVGD step with Adam whose step size stays at `options.learning_rate` for the
+    first half of `options.iterations` and then decays by a cosine to STEP_DECAY times it
+    (`annealed_adam`). A constant step never settles: Adam's steps stay near the learning
+    rate however small the SVGD direction gets, and 1e-2 in z is many posterior stds once a
+    recording is informative. Measured on 4 random pendulum truths (32 particles, 200 and 800
+    steps): with a constant step the particles' std was 0.9-4.9 times the Laplace std of the
+    same windows and their mean up to 0.5 of it off the mode; annealed, 1.00 and 0.00.
   * DiffNEA (`make_diffnea`): Adam with a cosine-decaying step size over the spec's virtual
     parameters on a rollout or one-step loss (`likelihoods.losses`); data: `Segments`.
   * Levenberg-Marquardt (`make_lm`, `inference.levenberg_marquardt`): box-bounded
@@ -64,6 +71,9 @@ __all__ = [
     'DEFECT_STD',
     'Target',
     'Options',
+    'DECAY_SHARE',
+    'STEP_DECAY',
+    'annealed_adam',
     'make_csvgd',
     'make_svgd',
     'make_sgld',
@@ -93,6 +103,10 @@ NEA_MAX_ITERATIONS = 20
 NEA_TOLERANCE = 1e-9
 NEA_REFINE_ITERATIONS = 100
 NEA_REFINE_MARGIN = 0.01
+# CSVGD and SVGD (`annealed_adam`): the share of the iterations over which Adam's step
+# decays, and its last step size as a share of the first.
+DECAY_SHARE = 0.5
+STEP_DECAY = 1e-3
 
 
 class Target(NamedTuple):
@@ -126,7 +140,8 @@ class Options(NamedTuple):
     Attributes:
       num_particles: P (chains, walkers, population, restarts).
       learning_rate: Adam's step size (CSVGD, SVGD, DiffNEA), SGLD's first drift (in z).
-      iterations: planned steps (DiffNEA's schedule, NUTS's warm-up length).
+      iterations: planned steps (the step-size decay of DiffNEA, CSVGD and SVGD, NUTS's
+        warm-up length).
     """
 
     num_particles: int = 1
@@ -227,12 +242,26 @@ def _jitter_shooting(target: Target, x, key) -> jax.Array:
     return x + jnp.where(jnp.arange(x.shape[1]) >= target.spec.num_params, noise, 0.0)
 
 
+def annealed_adam(options: Options) -> optax.GradientTransformation:
+    """Adam at `options.learning_rate` for the first (1 - DECAY_SHARE) of
+    `options.iterations`, then decaying by a cosine to STEP_DECAY times it over the rest
+    (then staying there): the constant phase carries particles from a distant start, the
+    decay lets them settle at the fixed point of their flow (module doc). A state made by
+    `init` starts again (a live window's `rebase`)."""
+    total = max(options.iterations, 1)
+    constant = int(round((1.0 - DECAY_SHARE) * total))
+    return optax.adam(optax.join_schedules(
+        [optax.constant_schedule(options.learning_rate),
+         optax.cosine_decay_schedule(options.learning_rate, max(total - constant, 1),
+                                     alpha=STEP_DECAY)], [constant]))
+
+
 def make_csvgd(target: Target, options: Options) -> Estimator:
-    """CSVGD (`inference.csvgd`) with Adam(learning_rate) and the paper's MDMM defaults; the
+    """CSVGD (`inference.csvgd`) with `annealed_adam` and the paper's MDMM defaults; the
     prior multiplies the likelihood."""
     _check_target(target, 'csvgd')
     spec = target.spec
-    kernel = csvgd_kernel.make_csvgd(target.likelihood, spec, optax.adam(options.learning_rate),
+    kernel = csvgd_kernel.make_csvgd(target.likelihood, spec, annealed_adam(options),
                                      params_fn=target.params)
 
     def step(state, data, prior=None):
@@ -254,9 +283,9 @@ def make_csvgd(target: Target, options: Options) -> Estimator:
 
 
 def make_svgd(target: Target, options: Options) -> Estimator:
-    """SVGD (`inference.svgd`) on the baselines' shooting density, Adam(learning_rate)."""
+    """SVGD (`inference.svgd`) on the baselines' shooting density, `annealed_adam`."""
     _check_target(target, 'svgd')
-    kernel = svgd.make_svgd(_log_prob_fn(target), optax.adam(options.learning_rate))
+    kernel = svgd.make_svgd(_log_prob_fn(target), annealed_adam(options))
 
     def restart(old, key, x, data):
         return kernel.init(key, x)._replace(iteration=old.iteration,

@@ -55,9 +55,9 @@ class Method(NamedTuple):
 
 METHODS: dict[str, Method] = {
     'csvgd': Method(methods.make_csvgd, 'shooting', True, minibatch=True,
-                    particles='quadrature', reads=('learning_rate',)),
+                    particles='quadrature', reads=('learning_rate', 'iterations')),
     'svgd': Method(methods.make_svgd, 'shooting', True, minibatch=True,
-                   particles='quadrature', reads=('learning_rate',)),
+                   particles='quadrature', reads=('learning_rate', 'iterations')),
     'sgld': Method(methods.make_sgld, 'shooting', True, minibatch=True,
                    reads=('learning_rate', 'num_particles')),
     'nuts': Method(methods.make_nuts, 'shooting', True, reads=('num_particles', 'iterations')),
