@@ -305,7 +305,7 @@ def online_draws(num_truths: int, seed: int, settings: Sequence[tuple[str, objec
                     session.particles, truth, registry.lookup(session.method).particles,
                     np.random.default_rng((seed, i, w)))
                 draws[w + 1].append(Draw(truth, rank, inside, session.divergences == 0,
-                                         time.perf_counter() - start, percentile, tuple(result.warnings)))
+                                         time.perf_counter() - start, percentile))
         if progress:
             cov = np.mean([d.inside[1] for d in draws[max(CHECKPOINTS)]])
             progress(f'  online ({data}): {i + 1}/{num_truths} truths, cov90 after '
