@@ -72,6 +72,15 @@ def traj(problem):
     return pipeline.simulate(problem, duration=1.0, noise=NOISE, seed=1, torque_scale=2.0)
 
 
+def _fit_estimator(problem, traj, method, iterations):
+    """(the compile cache's Estimator that `pipeline.fit` runs for `method` and `iterations`,
+    the prepared data of `traj`)."""
+    prepared = estimator_data.method_data(problem, pipeline.prepare_trajectories(problem, [traj]),
+                                          registry.lookup(method).data)
+    return fitting.compiled_estimator(problem, method, prepared.target,
+                                      fitting.method_options(problem, iterations)), prepared
+
+
 @pytest.fixture(scope='module')
 def csvgd_fit(problem, traj):
     start = time.perf_counter()
@@ -144,10 +153,7 @@ def test_other_methods_take_a_few_steps(traj, method):
         assert result.info['step_size'] > 0.0
     # The contract on the estimator that the fit ran (the compile cache's): the same StepInfo
     # fields for every method, a (P, M) posterior, and rebase onto new data at given particles.
-    prepared = estimator_data.method_data(problem, pipeline.prepare_trajectories(problem, [traj]),
-                                          registry.lookup(method).data)
-    est = fitting.compiled_estimator(problem, method, prepared.target,
-                                     fitting.method_options(problem, 3))
+    est, prepared = _fit_estimator(problem, traj, method, 3)
     theta0 = particles.initial_particles(problem.spec, problem.base_params, PARTICLES)
     state = est.init(jax.random.PRNGKey(0), jnp.asarray(theta0), prepared.data)
     state, info = est.step(state, prepared.data, None)
@@ -170,10 +176,7 @@ def test_ctrl_c_keeps_the_latest_particles(problem, traj, csvgd_fit):
     stopped = pipeline.fit(problem, [traj], progress=interrupt)
     assert stopped.interrupted and stopped.iterations == 2
     # The same two steps by hand (a 2-iteration fit would decay its step size sooner).
-    prepared = estimator_data.method_data(problem, pipeline.prepare_trajectories(problem, [traj]),
-                                          'shooting')
-    est = fitting.compiled_estimator(problem, 'csvgd', prepared.target,
-                                     fitting.method_options(problem, ITERATIONS))
+    est, prepared = _fit_estimator(problem, traj, 'csvgd', ITERATIONS)
     seed = problem.config.estimator.seed
     theta0 = particles.initial_particles(problem.spec, problem.base_params, PARTICLES, seed)
     state = est.init(jax.random.PRNGKey(seed), jnp.asarray(theta0), prepared.data)
