@@ -565,9 +565,10 @@ class EstimatorConfig:
         new random order per epoch, the log-likelihood scaled by pieces / batch), so a step
         costs the same on a long recording; `auto` (default): 8; `all`: every piece. Only
         with `shooting_windows: 1` and `likelihood: product` (else every piece).
-      init: where the Bayesian methods start: `point` (default: from the lm estimate and its
-        Laplace covariance, clipped into the bounds) or `sobol` (Sobol points over the
-        bounds, for multimodal problems).
+      init: where the Bayesian methods start: `point` (default: from the lm estimate, for
+        single-shooting windows refitted on the Bayesian windows, and its Laplace
+        covariance, clipped into the bounds; `io.fitting`) or `sobol` (Sobol points over
+        the bounds, for multimodal problems).
       learning_rate: step size: Adam's (in unconstrained coordinates) for diffnea, csvgd and
         svgd; for sgld the drift of the first Langevin step (see `io.bayes`).
       seed: PRNG seed.

@@ -71,6 +71,9 @@ def test_schur_hessian_is_the_profiled_one():
     lin = lm.linearize(blocks, theta, starts, None)
     np.testing.assert_allclose(np.linalg.inv(lm.schur_hessian(lin)),
                                np.linalg.inv(full.T @ full)[:M, :M], rtol=1e-9)
+    # The posterior's Laplace covariance under unit-variance residuals is that block too.
+    np.testing.assert_allclose(lm.posterior_covariance(lin),
+                               np.linalg.inv(full.T @ full)[:M, :M], rtol=1e-9)
 
 
 def test_covariance_is_bell_mccaffrey_cr2_of_the_full_design():

@@ -67,7 +67,7 @@ from sysid_ros.core.inference.base import Kernel
 
 __all__ = ['FTOL', 'MAX_DAMPING', 'INITIAL_DAMPING', 'DIAG_FLOOR', 'Linearization',
            'LMState', 'LMInfo', 'linearize', 'make_levenberg_marquardt', 'run', 'schur_hessian',
-           'laplace_covariance', 'covariance_dof', 'Identifiability', 'identifiability']
+           'posterior_covariance', 'laplace_covariance', 'covariance_dof', 'Identifiability', 'identifiability']
 
 FTOL = 1e-10
 MAX_DAMPING = 1e10
@@ -259,6 +259,13 @@ def run(kernel: Kernel, theta0, starts0, data, max_steps: int, prior=None) -> LM
 
     start = kernel.init(theta0, starts0, data, prior)
     return jax.lax.while_loop(unconverged, advance, (0, start))[1]
+
+
+def posterior_covariance(lin: Linearization) -> jax.Array:
+    """(M, M) C^+ [physical units^2]: the Laplace approximation of theta's posterior when the
+    residuals are normalised by the noise a Bayesian likelihood assumes (no rescaling by the
+    residuals, no clustering: that likelihood's own posterior, right or wrong)."""
+    return _scaled_pinv(schur_hessian(lin))
 
 
 def laplace_covariance(lin: Linearization) -> jax.Array:
