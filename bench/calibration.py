@@ -374,7 +374,8 @@ def symptom(warning: str) -> str:
     """A warning line of `fitting.diagnose` shortened to its kind."""
     for key, kind in (('did not converge', 'budget'), ('spread', 'spread'),
                       ('never moved', 'unmoved'), ('defects', 'defects'),
-                      ('misses the data', 'loss'), ('one particle', 'one particle')):
+                      ('misses the data', 'loss'), ('one particle', 'one particle'),
+                      ('from its mode', 'mode')):
         if key in warning:
             return kind
     return 'other'
