@@ -528,8 +528,8 @@ def refit_windows(problem: Problem, prepared: estimator_data.MethodData, theta
     spec, base = problem.spec, problem.base_params
 
     def build():
-        residuals = methods.window_residual_fn(prepared.target)
-        kernel = lm.make_levenberg_marquardt(residuals, spec.lower, spec.upper)
+        kernel = lm.make_levenberg_marquardt(methods.window_residual_fn(prepared.target),
+                                             spec.lower, spec.upper)
 
         def refit_round(_, carry):
             t, data = carry
@@ -548,7 +548,8 @@ def refit_windows(problem: Problem, prepared: estimator_data.MethodData, theta
                                                           data))
             t, data = jax.lax.fori_loop(0, REFIT_ROUNDS if estimated else 1, refit_round,
                                         (t, data))
-            covariance = lm.posterior_covariance(lm.linearize(residuals, t, data.x0, data))
+            # The kernel's own linearisation at the final noise (traced once, with its steps').
+            covariance = lm.posterior_covariance(kernel.init(t, data.x0, data).lin)
             return data.x0, data.noise_std, t, covariance
 
         return jax.jit(refit)

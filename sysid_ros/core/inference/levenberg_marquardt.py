@@ -67,7 +67,8 @@ from sysid_ros.core.inference.base import Kernel
 
 __all__ = ['FTOL', 'MAX_DAMPING', 'INITIAL_DAMPING', 'DIAG_FLOOR', 'Linearization',
            'LMState', 'LMInfo', 'linearize', 'make_levenberg_marquardt', 'run', 'schur_hessian',
-           'posterior_covariance', 'laplace_covariance', 'covariance_dof', 'Identifiability', 'identifiability']
+           'posterior_covariance', 'laplace_covariance', 'covariance_dof', 'Identifiability',
+           'identifiability']
 
 FTOL = 1e-10
 MAX_DAMPING = 1e10
