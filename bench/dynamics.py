@@ -59,8 +59,8 @@ if ARGS.devices > 1:
     os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                                f' --xla_force_host_platform_device_count={ARGS.devices}')
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import dataclasses  # noqa: E402
 import importlib.util  # noqa: E402
 import warnings  # noqa: E402
 
@@ -73,6 +73,7 @@ from jax.sharding import Mesh, PartitionSpec  # noqa: E402
 from sysid_ros.core.model import builders  # noqa: E402
 from sysid_ros.core.dynamics import rigid_body  # noqa: E402
 from sysid_ros.core.dynamics import integrators  # noqa: E402
+import batched_dynamics  # noqa: E402
 from sysid_ros.io import model_io, urdf_export  # noqa: E402
 
 try:
@@ -86,10 +87,10 @@ jax.config.update('jax_enable_x64', True)
 BATCHES = (1, 64, 1024) if ARGS.quick else (1, 64, 1024, 16384)
 ROLLOUT_BATCHES = (1, 64, 1024)
 GRAD_CHUNK = 16                           # particles per vmapped chunk of the chunked gradient
-ROLLOUT_STEPS = 100
-DT = 1e-3
+ROLLOUT_STEPS = batched_dynamics.ROLLOUT_STEPS
+DT = batched_dynamics.DT
 MIN_TIME_S = 0.1 if ARGS.quick else 0.4   # timed calls repeat until this much time passed
-MIN_REPEATS = 3
+MIN_REPEATS = batched_dynamics.MIN_REPEATS
 PIN_MODELS = 16                           # distinct Pinocchio models cycled by the loops
 TOLERANCE = 1e-9
 PEER_BATCH = 1024                         # states per call of the batched peers
@@ -101,24 +102,6 @@ def _systems():
     """(label, RobotModel, nominal Params) of the benchmarked systems."""
     return [('double_pendulum', *builders.double_pendulum()),
             ('panda', *model_io.load_urdf('example-robot-data:panda'))]
-
-
-def _particles(params, num, rng):
-    """`num` physically consistent perturbations of `params`, stacked on a leading axis."""
-    nb = params.inertial.shape[0]
-    # Scaling a body's whole inertial vector by a positive factor keeps it physical.
-    scale = rng.uniform(0.8, 1.2, size=(num, nb, 1))
-    offset = np.concatenate([rng.normal(0.0, 1e-3, (num, nb, 3)),
-                             rng.normal(0.0, 1e-2, (num, nb, 3))], axis=-1)
-    return dataclasses.replace(
-        params,
-        inertial=jnp.asarray(np.asarray(params.inertial) * scale),
-        placement=jnp.asarray(np.asarray(params.placement) + offset),
-        armature=jnp.asarray(rng.uniform(0.0, 0.1, (num, nb))),
-        damping=jnp.asarray(rng.uniform(0.0, 0.5, (num, nb))),
-        coulomb=jnp.zeros((num, nb)),
-        stribeck=jnp.zeros((num, nb, 2)),
-        offset=jnp.zeros((num, nb)))
 
 
 def _take(tree, k):
@@ -134,7 +117,9 @@ def _batched(fn):
 
     mesh = Mesh(np.asarray(devices), ('particles',))
     spec = PartitionSpec('particles')
-    sharded = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=spec, out_specs=spec))
+    # check_vma off: the chain scans start their carries from unsharded constants.
+    sharded = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=spec, out_specs=spec,
+                                    check_vma=False))
     single = jax.jit(fn)
 
     def choose(batch):
@@ -159,18 +144,8 @@ def _chunked(fn):
 
 
 def _compile_and_time(jitted, args):
-    """(compile seconds, seconds per call, outputs) of `jitted(*args)`."""
-    args = _place(args)
-    start = time.perf_counter()
-    compiled = jitted.lower(*args).compile()
-    compile_s = time.perf_counter() - start
-    out = jax.block_until_ready(compiled(*args))
-    times = []
-    while len(times) < MIN_REPEATS or sum(times) < MIN_TIME_S:
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        times.append(time.perf_counter() - start)
-    return compile_s, float(np.median(times)), out
+    """(compile seconds, seconds per call, outputs) of `jitted(*args)` on the placed batch."""
+    return batched_dynamics.compile_and_time(jitted, _place(args), MIN_TIME_S)
 
 
 def _python_loop_rate(call, num):
@@ -181,17 +156,6 @@ def _python_loop_rate(call, num):
             call(k)
         count += num
     return count / (time.perf_counter() - start)
-
-
-def _rollout_loss(model):
-    """Squared joint-position error of a rollout against a target trajectory."""
-    nv = model.nv
-
-    def loss(params, x0, controls, target):
-        states = integrators.rollout(model, params, x0, controls, DT,
-                                     integrator='semi_implicit_euler', actuator='viscous')
-        return jnp.sum((states[1:, :nv] - target) ** 2)
-    return loss
 
 
 def _seconds_per_call(call):
@@ -297,7 +261,7 @@ def _bench_system(label, model, nominal, rng):
     """Rows of the table for one system, plus Pinocchio's rates and headline figures."""
     nv = model.nv
     largest = max(BATCHES)
-    params = _particles(nominal, largest, rng)
+    params = batched_dynamics.particles(nominal, largest, rng)
     q, qd, tau, qdd = (jnp.asarray(rng.normal(size=(largest, nv))) for _ in range(4))
     controls = jnp.asarray(rng.normal(size=(largest, ROLLOUT_STEPS, nv)))
     target = jnp.asarray(rng.normal(size=(largest, ROLLOUT_STEPS, nv)) * 0.1)
@@ -333,8 +297,8 @@ def _bench_system(label, model, nominal, rng):
 
     aba_fn = _batched(jax.vmap(lambda p, a, b, c: rigid_body.aba(model, p, a, b, c)))
     rnea_fn = _batched(jax.vmap(lambda p, a, b, c: rigid_body.rnea(model, p, a, b, c)))
-    grad_fn = _batched(jax.vmap(jax.grad(_rollout_loss(model))))
-    chunked_fn = _batched(_chunked(jax.grad(_rollout_loss(model))))
+    grad_fn = _batched(jax.vmap(jax.grad(batched_dynamics.rollout_loss(model))))
+    chunked_fn = _batched(_chunked(jax.grad(batched_dynamics.rollout_loss(model))))
     x0 = jnp.concatenate([q, qd], axis=-1)
 
     rows, error = [], 0.0
