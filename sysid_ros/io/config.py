@@ -620,11 +620,15 @@ class OnlineConfig:
         previous posterior.
       jitter: std of the Gaussian noise added to the particles before each window, as a
         fraction of each parameter's bounds width [-]; also the random-walk noise added to
-        the covariance of the sequential prior (lets the estimate follow a parameter that
-        changes; 0: none).
+        the covariance of the sequential prior (a parameter that drifts; 0: none). A sudden
+        change (a payload) needs neither: the prior-data conflict test widens the prior of
+        a window that disagrees with it (`io.online.conflict_inflation`), except for
+        equation-error windows, which have no such test and follow changes only through
+        jitter and forgetting. Both widen a static parameter's intervals past its posterior.
       forgetting: lambda in (0, 1]: each window's prior is the previous posterior as a
         Gaussian with its covariance divided by lambda (1: no forgetting; smaller: the
-        estimate follows a change faster and averages over fewer windows, ~1 / (1 - lambda)).
+        estimate averages over fewer windows, ~1 / (1 - lambda), and a static parameter's
+        intervals are up to sqrt(1 + lambda) times too wide).
       divergence_factor: a window whose loss exceeds this times the loss of the particles it
         started from (or is not finite) counts as a divergence: the posterior goes back to the
         last good one [-].
@@ -648,8 +652,8 @@ class OnlineConfig:
     window_length: float = _opt(2.0, 'float', unit='s', gt=0.0)
     hop: float = _opt(1.0, 'float', unit='s', gt=0.0)
     iterations_per_window: int = _opt(20, 'int', ge=1)
-    jitter: float = _opt(0.01, 'float', ge=0.0)
-    forgetting: float = _opt(0.8, 'float', gt=0.0)
+    jitter: float = _opt(0.0, 'float', ge=0.0)
+    forgetting: float = _opt(1.0, 'float', gt=0.0)
     divergence_factor: float = _opt(1e3, 'float', gt=1.0)
     save_path: str | None = _opt(None, 'str', optional=True)
     warm_start: str | None = _opt(None, 'str', optional=True)

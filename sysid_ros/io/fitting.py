@@ -41,7 +41,7 @@ import scipy.stats
 
 from sysid_ros.core.inference import levenberg_marquardt as lm
 from sysid_ros.core.inference import intervals, methods, particles, registry
-from sysid_ros.core.inference.base import Estimator
+from sysid_ros.core.inference.base import Estimator, GaussianPrior
 from sysid_ros.core.model.types import Params
 from sysid_ros.core.likelihoods import likelihood as lik
 from sysid_ros.io import estimator_data
@@ -499,8 +499,8 @@ class WindowRefit(NamedTuple):
     covariance: np.ndarray | None
 
 
-def refit_windows(problem: Problem, prepared: estimator_data.MethodData, theta
-                  ) -> WindowRefit:
+def refit_windows(problem: Problem, prepared: estimator_data.MethodData, theta,
+                  prior: GaussianPrior | None = None) -> WindowRefit:
     """The shooting data of single-shooting windows refitted from a point estimate `theta`
     (M,) (unchanged for multiple shooting, whose later windows start at free states):
     Levenberg-Marquardt on these windows, parameters and start states together, from theta
@@ -518,6 +518,9 @@ def refit_windows(problem: Problem, prepared: estimator_data.MethodData, theta
         its stds off the truth, which made the pendulum's 90 / 95 % intervals over-cover;
       * the joint fit and its Laplace covariance with that noise: the Gaussian approximation
         of the posterior the Bayesian methods sample, where they start (`fit_estimator`).
+
+    `prior` (a `GaussianPrior` in physical units, e.g. the live session's sequential prior)
+    joins the fit and its covariance: then they approximate prior x windows' likelihood.
     """
     setting = prepared.target.likelihood
     if setting.num_windows != 1:
@@ -532,8 +535,8 @@ def refit_windows(problem: Problem, prepared: estimator_data.MethodData, theta
                                              spec.lower, spec.upper)
 
         def refit_round(_, carry):
-            t, data = carry
-            joint = lm.run(kernel, t, data.x0, data, REFIT_STEPS)
+            t, data, prior = carry
+            joint = lm.run(kernel, t, data.x0, data, REFIT_STEPS, prior)
             data = data._replace(x0=joint.starts)
             if estimated:    # non-finite residuals (a diverged window) keep the last estimate
                 free = spec.num_params + data.x0.size
@@ -541,20 +544,20 @@ def refit_windows(problem: Problem, prepared: estimator_data.MethodData, theta
                                                data, free)
                 data = data._replace(noise_std=jnp.where(
                     jnp.isfinite(noise) & (noise > 0.0), noise, data.noise_std))
-            return joint.theta, data
+            return joint.theta, data, prior
 
-        def refit(t, data):
+        def refit(t, data, prior):
             data = data._replace(x0=lik.fit_window_starts(setting, spec.to_params(t, base),
                                                           data))
-            t, data = jax.lax.fori_loop(0, REFIT_ROUNDS if estimated else 1, refit_round,
-                                        (t, data))
+            t, data, _ = jax.lax.fori_loop(0, REFIT_ROUNDS if estimated else 1, refit_round,
+                                           (t, data, prior))
             # The kernel's own linearisation at the final noise (traced once, with its steps').
-            covariance = lm.posterior_covariance(kernel.init(t, data.x0, data).lin)
+            covariance = lm.posterior_covariance(kernel.init(t, data.x0, data, prior).lin)
             return data.x0, data.noise_std, t, covariance
 
         return jax.jit(refit)
 
-    x0, noise, joint, covariance = cached(key, build)(jnp.asarray(theta), prepared.data)
+    x0, noise, joint, covariance = cached(key, build)(jnp.asarray(theta), prepared.data, prior)
     data, info = prepared.data._replace(x0=x0), dict(prepared.info, window_starts='fitted')
     if estimated:
         data = data._replace(noise_std=noise)

@@ -55,7 +55,7 @@ class Method(NamedTuple):
 
 METHODS: dict[str, Method] = {
     'csvgd': Method(methods.make_csvgd, 'shooting', True, minibatch=True,
-                    particles='quadrature', reads=('learning_rate', 'iterations')),
+                    particles='quadrature', reads=('learning_rate', 'iterations', 'whiten')),
     'svgd': Method(methods.make_svgd, 'shooting', True, minibatch=True,
                    particles='quadrature', reads=('learning_rate', 'iterations')),
     'sgld': Method(methods.make_sgld, 'shooting', True, minibatch=True,
