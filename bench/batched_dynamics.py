@@ -60,3 +60,15 @@ def compile_and_time(jitted, args, min_time_s):
         jax.block_until_ready(compiled(*args))
         times.append(time.perf_counter() - start)
     return compile_s, float(np.median(times)), out
+
+
+def table_lines(rows, groups, batch_width):
+    """One line per row dict: its system and batch, then each group of (key, format)
+    columns, ' | ' between groups; '-' where a row has no such key."""
+    lines = []
+    for row in rows:
+        cells = [' '.join('-' if row.get(key) is None else format(row[key], spec)
+                          for key, spec in group) for group in groups]
+        lines.append(f'{row["system"]:<16}{row["batch"]:>{batch_width}} | '
+                     + ' | '.join(cells))
+    return lines

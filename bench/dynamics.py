@@ -95,6 +95,9 @@ PIN_MODELS = 16                           # distinct Pinocchio models cycled by 
 TOLERANCE = 1e-9
 PEER_BATCH = 1024                         # states per call of the batched peers
 PEER_THREADS = 2                          # OpenMP / MuJoCo threads of the batched peers
+COLUMNS = ((('aba', '9.3g'), ('aba_compile', '7.1f')), (('rnea', '9.3g'), ('rnea_compile', '7.1f')),
+           (('grad', '11.3g'), ('grad_compile', '7.1f')),
+           (('grad_chunked', '9.3g'), ('grad_chunked_compile', '7.1f')))
 MUJOCO_TOLERANCE = 1e-8                   # the URDF that MuJoCo reads prints 17 digits
 
 
@@ -334,10 +337,6 @@ def _verdict(error, tolerance):
     return 'ok' if error <= tolerance else 'FAIL'
 
 
-def _fmt(value, spec):
-    return format(value, spec) if value is not None else '-'
-
-
 def main():
     rng = np.random.default_rng(0)
     devices = jax.devices()
@@ -392,13 +391,8 @@ def main():
             f'({_verdict(frax_error, TOLERANCE)})')
     print(header)
     print('-' * len(header))
-    for row in all_rows:
-        print(f'{row["system"]:<16}{row["batch"]:>6} | {_fmt(row.get("aba"), "9.3g")} '
-              f'{_fmt(row.get("aba_compile"), "7.1f")} | {_fmt(row.get("rnea"), "9.3g")} '
-              f'{_fmt(row.get("rnea_compile"), "7.1f")} | {_fmt(row.get("grad"), "11.3g")} '
-              f'{_fmt(row.get("grad_compile"), "7.1f")} | {_fmt(row.get("grad_chunked"), "9.3g")} '
-              f'{_fmt(row.get("grad_chunked_compile"), "7.1f")}'
-              + ('' if row.get('grad_finite', True) else '  non-finite gradient!'))
+    for row, line in zip(all_rows, batched_dynamics.table_lines(all_rows, COLUMNS, 6)):
+        print(line + ('' if row.get('grad_finite', True) else '  non-finite gradient!'))
     chunk_error = max(row.get('grad_chunked_error', 0.0) for row in all_rows)
     print(f'chunked: lax.map over chunks of {GRAD_CHUNK} particles; max |chunked - vmapped| / '
           f'(1 + max |vmapped|) {chunk_error:.1e} ({_verdict(chunk_error, TOLERANCE)})')

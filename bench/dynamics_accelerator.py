@@ -42,6 +42,8 @@ jax.config.update('jax_enable_x64', True)
 BATCHES = (1024, 16384, 131072)
 GRAD_BATCHES = (64, 1024, 16384)
 QUICK = ((1024,), (64,))
+COLUMNS = ((('aba', '9.3g'), ('aba_compile', '7.1f'), ('aba_error', '8.1e')),
+           (('grad', '11.3g'), ('grad_compile', '7.1f'), ('grad_error', '8.1e')))
 CHECKED = 16                  # particles compared with the CPU
 TOLERANCE = 1e-9
 MIN_TIME_S = 0.5
@@ -115,10 +117,6 @@ def _bench(label, model, nominal, rng, sizes, rows, results):
         rows.append(row)
 
 
-def _fmt(value, spec):
-    return '-' if value is None else format(value, spec)
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--export', metavar='PATH', help='write the models pickle and stop')
@@ -141,11 +139,8 @@ def main():
               f'{"grad step/s":>11} {"compile":>7} {"rel err":>8}')
     print(header)
     print('-' * len(header))
-    for row in rows:
-        print(f'{row["system"]:<16}{row["batch"]:>7} | {_fmt(row.get("aba"), "9.3g")} '
-              f'{_fmt(row.get("aba_compile"), "7.1f")} {_fmt(row.get("aba_error"), "8.1e")} | '
-              f'{_fmt(row.get("grad"), "11.3g")} {_fmt(row.get("grad_compile"), "7.1f")} '
-              f'{_fmt(row.get("grad_error"), "8.1e")}')
+    for line in batched_dynamics.table_lines(rows, COLUMNS, 7):
+        print(line)
     worst = max(v for row in rows for k, v in row.items() if k.endswith('_error'))
     print(f'max error against the CPU: {worst:.1e} ({"ok" if worst <= TOLERANCE else "FAIL"})')
     results['max_error'] = worst
