@@ -27,8 +27,9 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
     that fit (m, C) is what the next prior is built from, not the particles' moments, whose
     sampling error (16 particles) would compound window after window. On the double
     pendulum the session then matches the Laplace posterior of all windows fitted at once
-    (std 0.88-1.09 of it, mean within 0.8 of its std, after 5-60 windows); before, Adam's
-    steps of 0.1 in z held the particles 40-500 times wider.
+    (std 0.88-1.09 of it, mean within 0.8 of its std, after 5-60 windows); before (steps
+    of 0.1 in z, forgetting 0.95, jitter 0.01) they were 50-900 times wider, their means
+    up to 460 of its stds off.
   * Prior-data conflict (`conflict_inflation`): when the window's own fit lies too far from
     the prior for a static parameter (chi-square test at CONFLICT_LEVEL), the prior's
     covariance is widened just enough for the two to agree (a payload picked up); the factor
@@ -380,8 +381,9 @@ class OnlineSession:
     def _start(self, theta: np.ndarray, prepared: estimator_data.MethodData, laplace: bool):
         """The estimator state on this window's data at particles `theta` (P, M); `laplace`:
         they are a Laplace draw, and the steps count in their stds (`methods.whitened`)
-        instead of in z, where Adam at 0.1 spread the double pendulum's particles 40-500
-        times its posterior. (From Sobol points, the first window, whitened steps diverged.)"""
+        instead of in z, whose steps of 0.1 scatter them far beyond a narrow posterior. The
+        first window's Sobol points step in z: whitened by their own spread, the test's
+        first window ended at loss 13373 instead of 2398 (`test/io/test_online.py`)."""
         cfg = self.problem.config
         options = fitting.method_options(self.problem, cfg.online.iterations_per_window)
         self._estimator = fitting.compiled_estimator(self.problem, self.method,
