@@ -41,9 +41,9 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
   * Jitter: before a window without a Laplace start every particle gets Gaussian noise of
     std `online.jitter` times its parameter's bounds width, clipped into the bounds.
   * Effective sample size: the first step's `StepInfo` describes the starting particles on
-    the new window (after a Laplace start, already fitted to it: near P); weighted by their likelihood, w_i ~ exp(log_lik_i),
-    ESS = 1 / sum(w_i^2) in [1, P] (P: the data agree with the whole posterior; near 1: they
-    do not, e.g. after a change).
+    the new window (after a Laplace start, already fitted to it: near P); weighted by their
+    likelihood, w_i ~ exp(log_lik_i), ESS = 1 / sum(w_i^2) in [1, P] (P: the data agree
+    with the whole posterior; near 1: they do not, e.g. after a change).
   * Divergence: a window whose loss (the lowest mean squared noise-normalised residual of the
     particles that the window's last step started from) is not finite, exceeds
     `online.divergence_factor` times the loss of the particles it started from on the same
@@ -243,6 +243,7 @@ class OnlineSession:
         self._lock = threading.RLock()
         self._rng = np.random.default_rng([cfg.estimator.seed, 11])
         self._estimator = None
+        self._estimators = {}           # whitened steps (bool) -> compiled Estimator
         self._state = None
         self.windows = 0
         self.divergences = 0
@@ -385,10 +386,11 @@ class OnlineSession:
         first window's Sobol points step in z: whitened by their own spread, the test's
         first window ended at loss 13373 instead of 2398 (`test/io/test_online.py`)."""
         cfg = self.problem.config
-        options = fitting.method_options(self.problem, cfg.online.iterations_per_window)
-        self._estimator = fitting.compiled_estimator(self.problem, self.method,
-                                                     prepared.target,
-                                                     options._replace(whiten=laplace))
+        if laplace not in self._estimators:
+            options = fitting.method_options(self.problem, cfg.online.iterations_per_window)
+            self._estimators[laplace] = fitting.compiled_estimator(
+                self.problem, self.method, prepared.target, options._replace(whiten=laplace))
+        self._estimator = self._estimators[laplace]
         theta = particles.initial_particles(self.problem.spec, self.problem.base_params,
                                             self.num_particles, theta0=theta)
         if self._state is None:
