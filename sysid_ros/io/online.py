@@ -354,13 +354,14 @@ class OnlineSession:
     # ------------------------------------------------------------------------------------------
 
     def _window_start(self, prepared: estimator_data.MethodData, prior: GaussianPrior):
-        """(particles (P, M), data, Laplace summary or None, prior inflation) this window
-        starts from (module doc: the Laplace start). Before the first posterior, with a prior
-        flat in some direction (where an uninformative window's Laplace would have no
-        spread), where the fits fail, and for likelihoods without single-shooting windows
+        """(particles (P, M), data, prior, Laplace summary or None, prior inflation) this
+        window starts from (module doc: the Laplace start); the prior is what its steps
+        sample, widened where the window conflicts with it. Before the first posterior, with
+        a prior flat in some direction (where an uninformative window's Laplace would have
+        no spread), where the fits fail, and for likelihoods without single-shooting windows
         (multiple shooting, the equation error): the (jittered) particles themselves."""
         if not (self._has_posterior and _laplace_windows(prepared) and _proper(prior)):
-            return self._jittered(), prepared, None, 1.0
+            return self._jittered(), prepared, prior, None, 1.0
         flat = GaussianPrior(mean=prior.mean, precision=jnp.zeros_like(prior.precision))
         alone = fitting.refit_windows(self.problem, prepared, prior.mean, flat)
         inflation = 1.0
@@ -370,11 +371,11 @@ class OnlineSession:
                 prior = GaussianPrior(mean=prior.mean, precision=prior.precision / inflation)
         joint = fitting.refit_windows(self.problem, prepared, prior.mean, prior)
         if joint.theta is None:
-            return self._jittered(), prepared, None, inflation
+            return self._jittered(), prepared, prior, None, inflation
         theta = particles.gaussian_particles(self.problem.spec, joint.theta, joint.covariance,
                                              self.num_particles,
                                              seed=int(self._rng.integers(2 ** 31)))
-        return theta, joint.prepared, (joint.theta, joint.covariance), inflation
+        return theta, joint.prepared, prior, (joint.theta, joint.covariance), inflation
 
     def _window_data(self, traj: Trajectory) -> estimator_data.MethodData:
         return estimator_data.method_data(self.problem, [traj], self._kind)
@@ -410,7 +411,8 @@ class OnlineSession:
             traj = window_trajectory(self.problem, window, index)
             prepared = self._window_data(traj)
             prior = self._window_prior()
-            theta0, prepared, summary, inflation = self._window_start(prepared, prior)
+            theta0, prepared, prior, summary, inflation = self._window_start(prepared,
+                                                                             prior)
             state = self._start(theta0, prepared, laplace=summary is not None)
             est = self._estimator
             infos = []
