@@ -29,7 +29,10 @@ Online (`--online`): the live estimator's session (`io.online.OnlineSession`) wi
 shipped live configuration `config/double_pendulum_live.yaml` (csvgd, 16 particles, 1 s
 windows, its noise_std), on a recording with that noise and held torques, after 10, 30 and
 60 windows the particles' central intervals are checked (the rule of `Method.particles`, as
-`FitResult.interval` does for a posterior sample). Recordings (`--online-data`):
+`FitResult.interval` does for a posterior sample), and beside them (`<prefix>_laplace`) the
+Gaussian intervals of the session's Laplace summary (`OnlineSession.summary`: the mode and
+covariance the next window's prior is built from), which separate the filter's own
+calibration from the 16 particles' sampling of it. Recordings (`--online-data`):
   exact   simulated by the live model itself (rk4 at the data rate, multi-sine torques).
   mujoco  model error: MuJoCo's double pendulum (`heldout.dp_recording` at the live data
           rate), the session running the live configuration on `heldout`'s URDF of it.
@@ -242,6 +245,16 @@ def sample_checks(particles: np.ndarray, truth: np.ndarray, kind: str,
             membership(functools.partial(percentile_interval, particles), truth))
 
 
+def gaussian_checks(mean: np.ndarray, covariance: np.ndarray, truth: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """SBC rank (M,) (the normal CDF of the truth's z) and membership (len(LEVELS), M) of the
+    central intervals mean +- z_level std of a Gaussian posterior (mean (M,), cov (M, M))."""
+    std = np.sqrt(np.maximum(np.diagonal(covariance), 1e-300))
+    z = (truth - mean) / std
+    return stats.norm.cdf(z), np.stack([np.abs(z) <= stats.norm.ppf(0.5 + 0.5 * level)
+                                        for level in LEVELS])
+
+
 def setting_pair(text: str) -> tuple[str, object]:
     """`section.key=value` from the command line; the value read as YAML."""
     key, sep, value = text.partition('=')
@@ -269,17 +282,19 @@ def live_config(settings: Sequence[tuple[str, object]] = (), model: dict | None 
 
 def online_draws(num_truths: int, seed: int, settings: Sequence[tuple[str, object]] = (),
                  data: str = 'exact', progress=print
-                 ) -> tuple[tuple[str, ...], dict[int, list[Draw]]]:
+                 ) -> tuple[tuple[str, ...], dict[int, list[Draw]], dict[int, list[Draw]]]:
     """The live session's posterior after each of CHECKPOINTS windows, per random truth
-    (module doc): (parameter names, {windows: [Draw per truth]}); `settings` as
-    `live_config`'s. `data`: 'exact' (recorded by the live model itself) or 'mujoco' (by
-    MuJoCo, fitted on `heldout`'s URDF)."""
+    (module doc): (parameter names, {windows: [Draw per truth]} of its particles, the same
+    of its Laplace summary where it has one); `settings` as `live_config`'s. `data`:
+    'exact' (recorded by the live model itself) or 'mujoco' (by MuJoCo, fitted on
+    `heldout`'s URDF)."""
     model = (heldout_dp_model(tempfile.mkdtemp(prefix='sysid_calibration_live_'))
              if data == 'mujoco' else None)
     cfg = live_config(settings, model)
     problem = pipeline.build_problem(cfg)
     rng = np.random.default_rng(seed)
     draws: dict[int, list[Draw]] = {k: [] for k in CHECKPOINTS}
+    laplace: dict[int, list[Draw]] = {k: [] for k in CHECKPOINTS}
     for i in range(num_truths):
         truth = rng.uniform(problem.spec.lower, problem.spec.upper)
         session = online.OnlineSession(problem)
@@ -306,12 +321,16 @@ def online_draws(num_truths: int, seed: int, settings: Sequence[tuple[str, objec
                     np.random.default_rng((seed, i, w)))
                 draws[w + 1].append(Draw(truth, rank, inside, session.divergences == 0,
                                          time.perf_counter() - start, percentile))
+                if session.summary is not None:
+                    rank, inside = gaussian_checks(*session.summary, truth)
+                    laplace[w + 1].append(Draw(truth, rank, inside, session.divergences == 0,
+                                               time.perf_counter() - start))
         if progress:
             cov = np.mean([d.inside[1] for d in draws[max(CHECKPOINTS)]])
             progress(f'  online ({data}): {i + 1}/{num_truths} truths, cov90 after '
                      f'{max(CHECKPOINTS)} windows so far {cov:.2f} '
                      f'({time.perf_counter() - start:.0f} s)')
-    return problem.spec.names, draws
+    return problem.spec.names, draws, laplace
 
 
 def run_case(problem: pipeline.Problem, record: Callable, label: str, method: str,
@@ -474,13 +493,17 @@ def main(argv=None) -> int:
                 summary[f'{case}_{setting}_{label}_cov90'] = pooled[1]
     for data in args.online_data if args.online else ():
         prefix = 'online' if data == 'exact' else f'online_{data}'
-        names, by_windows = online_draws(args.online, args.seed, args.online_set, data)
-        for windows, draws in by_windows.items():
-            key = f'{prefix}/after {windows} windows'
-            groups[key] = draws
-            pooled = print_table(key, draws, names)
-            for level, value in zip(LEVELS, pooled):
-                summary[f'{prefix}_w{windows}_cov{round(100 * level)}'] = value
+        names, by_windows, by_windows_laplace = online_draws(args.online, args.seed,
+                                                             args.online_set, data)
+        for label, checked in ((prefix, by_windows), (f'{prefix}_laplace', by_windows_laplace)):
+            for windows, draws in checked.items():
+                if not draws:
+                    continue
+                key = f'{label}/after {windows} windows'
+                groups[key] = draws
+                pooled = print_table(key, draws, names)
+                for level, value in zip(LEVELS, pooled):
+                    summary[f'{label}_w{windows}_cov{round(100 * level)}'] = value
         summary[f'{prefix}_cov90'] = summary[f'{prefix}_w{max(CHECKPOINTS)}_cov90']
 
     for method in args.methods:
