@@ -20,6 +20,10 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
     parameter's intervals). The first window, and the first after `reset`, has the
     configured prior (uniform within the bounds: a Gaussian of zero precision, so every
     window runs the same compiled step); a warm-start file counts as a previous posterior.
+  * First window (and the first after `reset`): Sobol particles step in z; then the
+    window's own Laplace fit from the best of them (`refit_windows` with the flat prior),
+    where it identifies every parameter, is the next prior, not the particles' moments
+    (20-30 steps from Sobol points leave them short of the posterior).
   * Laplace start (windows of a shooting likelihood, one window per piece, once there is a
     posterior): `fitting.refit_windows` fits the window alone and then prior x window
     (parameters and start states, Levenberg-Marquardt); the particles are drawn around the
@@ -271,7 +275,8 @@ class OnlineSession:
     def summary(self) -> tuple[np.ndarray, np.ndarray] | None:
         """((M,) mode, (M, M) covariance) of the last window's Laplace fit, which the next
         window's prior is built from; None where the particles' moments are (before the
-        second window, after `reset`, for windows without a Laplace start)."""
+        first window, after `reset`, for windows without a Laplace start, after a first
+        window that does not identify every parameter)."""
         with self._lock:
             return self._summary
 
@@ -377,6 +382,23 @@ class OnlineSession:
                                              seed=int(self._rng.integers(2 ** 31)))
         return theta, joint.prepared, prior, (joint.theta, joint.covariance), inflation
 
+    def _own_laplace(self, prepared: estimator_data.MethodData, prior: GaussianPrior,
+                     theta: np.ndarray, losses: np.ndarray):
+        """(mode, covariance) of a window's own Laplace fit (`refit_windows` from its best
+        particle) where the window had the bounds prior (the first window, the first after
+        `reset`): the next window's prior is then that fit, as after every Laplace window,
+        rather than the moments of particles that 30 steps from Sobol points leave short of
+        the posterior. None where there is none (the window's likelihood has no Laplace
+        start, the prior is not flat, the fit failed or its covariance is not positive
+        definite: the window does not identify every parameter)."""
+        if not _laplace_windows(prepared) or _proper(prior) or not np.isfinite(losses).any():
+            return None
+        best = theta[int(np.nanargmin(np.where(np.isfinite(losses), losses, np.nan)))]
+        fit = fitting.refit_windows(self.problem, prepared, best, prior)
+        if fit.theta is None or not _positive_definite(fit.covariance):
+            return None
+        return np.asarray(fit.theta, dtype=float), np.asarray(fit.covariance, dtype=float)
+
     def _window_data(self, traj: Trajectory) -> estimator_data.MethodData:
         return estimator_data.method_data(self.problem, [traj], self._kind)
 
@@ -429,6 +451,9 @@ class OnlineSession:
             if diverged:             # the particles stay those of the last good window
                 self.divergences += 1
             else:
+                if summary is None:
+                    summary = self._own_laplace(prepared, prior, theta,
+                                                np.asarray(infos[-1].loss, dtype=float))
                 self._particles = theta
                 self._summary = summary
                 self._has_posterior = True
@@ -511,9 +536,15 @@ class OnlineSession:
 
 
 
+def _positive_definite(matrix) -> bool:
+    """Whether a symmetric matrix (M, M) is finite and positive definite."""
+    matrix = np.asarray(matrix, dtype=float)
+    return bool(np.all(np.isfinite(matrix)) and np.linalg.eigvalsh(matrix).min() > 0.0)
+
+
 def _proper(prior: GaussianPrior) -> bool:
     """Whether the prior's precision is positive definite (no flat direction)."""
-    return bool(np.linalg.eigvalsh(np.asarray(prior.precision, dtype=float)).min() > 0.0)
+    return _positive_definite(prior.precision)
 
 
 def _laplace_windows(prepared: estimator_data.MethodData) -> bool:
