@@ -34,6 +34,14 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
     (std 0.88-1.09 of it, mean within 0.8 of its std, after 5-60 windows); before (steps
     of 0.1 in z, forgetting 0.95, jitter 0.01) they were 50-900 times wider, their means
     up to 460 of its stds off.
+  * Noise scale (`noise_scale`): each Laplace window's own fit is compared with its prior;
+    where the fits scatter more than their covariances say (model error: residuals
+    correlated in time hold less information than white noise), the windows' noise
+    variance is multiplied by the factor s that makes that scatter typical, and every later
+    window samples prior x window^(1/s). On the double pendulum (20 truths each) it raised
+    90 % coverage after 10 / 30 / 60 windows from 0.938 / 0.875 / 0.838 to 0.950 / 0.938 /
+    0.875 on exact recordings and from 0.812 / 0.775 / 0.825 to 0.838 / 0.812 / 0.825 on
+    MuJoCo's, where s stayed at 1-1.3: what is left there is a bias the windows share.
   * Prior-data conflict (`conflict_inflation`): when the window's own fit lies too far from
     the prior for a static parameter (chi-square test at CONFLICT_LEVEL), the prior's
     covariance is widened just enough for the two to agree (a payload picked up); the factor
@@ -72,7 +80,7 @@ import os
 import tempfile
 import threading
 import time
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -96,6 +104,8 @@ __all__ = [
     'load_posterior',
     'window_trajectory',
     'conflict_inflation',
+    'Innovation',
+    'noise_scale',
 ]
 
 # Smallest random-walk std of the sequential prior, as a fraction of the bounds width [-]:
@@ -123,6 +133,8 @@ class WindowResult(NamedTuple):
         window's first measured state under its torques (the model's prediction).
       prior_inflation: the factor by which the window's data widened the sequential prior's
         covariance (`conflict_inflation`; 1: they agreed with it).
+      noise_scale: the factor on the windows' noise variance after this window
+        (`noise_scale`; 1: their fits scatter as the noise model says).
     """
 
     index: int
@@ -135,6 +147,22 @@ class WindowResult(NamedTuple):
     iteration_time: float
     predicted: np.ndarray
     prior_inflation: float = 1.0
+    noise_scale: float = 1.0
+
+
+class Innovation(NamedTuple):
+    """How one Laplace window's own fit lay against its prior (`noise_scale`).
+
+    Attributes:
+      offset: (M,) the window-alone fit minus the prior's mean [physical].
+      prior_covariance: (M, M) the prior's covariance C.
+      window_covariance: (M, M) the window-alone fit's Laplace covariance C_w at the
+        configured (or estimated) noise, before any noise scale.
+    """
+
+    offset: np.ndarray
+    prior_covariance: np.ndarray
+    window_covariance: np.ndarray
 
 
 def posterior_paths(path: str | os.PathLike) -> tuple[str, str]:
@@ -300,6 +328,8 @@ class OnlineSession:
                 cfg.estimator.seed, theta0)
             self._state = None
             self._summary = None
+            self._innovations = []
+            self._noise_scale = 1.0
             # A warm-start file is a previous posterior; Sobol particles are the bounds prior.
             self._has_posterior = bool(self.warm_start)
 
@@ -360,27 +390,44 @@ class OnlineSession:
 
     def _window_start(self, prepared: estimator_data.MethodData, prior: GaussianPrior):
         """(particles (P, M), data, prior, Laplace summary or None, prior inflation) this
-        window starts from (module doc: the Laplace start); the prior is what its steps
-        sample, widened where the window conflicts with it. Before the first posterior, with
-        a prior flat in some direction (where an uninformative window's Laplace would have
-        no spread), where the fits fail, and for likelihoods without single-shooting windows
-        (multiple shooting, the equation error): the (jittered) particles themselves."""
+        window starts from (module doc: the Laplace start, the noise scale, the conflict
+        test); the data and the prior are what the window's steps sample (the noise scaled,
+        the prior widened). Before the first posterior, with a prior flat in some direction
+        (where an uninformative window's Laplace would have no spread), where the fits fail,
+        and for likelihoods without single-shooting windows (multiple shooting, the equation
+        error): the (jittered) particles themselves."""
         if not (self._has_posterior and _laplace_windows(prepared) and _proper(prior)):
             return self._jittered(), prepared, prior, None, 1.0
         flat = GaussianPrior(mean=prior.mean, precision=jnp.zeros_like(prior.precision))
         alone = fitting.refit_windows(self.problem, prepared, prior.mean, flat)
         inflation = 1.0
         if alone.theta is not None:
-            inflation = conflict_inflation(prior, alone.theta, alone.covariance)
+            if self._summary is not None:
+                # Only a Laplace posterior is a prior the window's scatter is measured against
+                # (a first window that identified too little leaves the particles' moments).
+                self._innovations.append(Innovation(
+                    offset=np.asarray(alone.theta, dtype=float) - np.asarray(prior.mean),
+                    prior_covariance=np.linalg.inv(np.asarray(prior.precision, dtype=float)),
+                    window_covariance=np.asarray(alone.covariance, dtype=float)))
+                self._noise_scale = noise_scale(self._innovations)
+            inflation = conflict_inflation(prior, alone.theta,
+                                           self._noise_scale * alone.covariance)
             if inflation > 1.0:
                 prior = GaussianPrior(mean=prior.mean, precision=prior.precision / inflation)
-        joint = fitting.refit_windows(self.problem, prepared, prior.mean, prior)
+        scale = self._noise_scale
+        # prior x window^(1/s) has the mode of s prior x window and s times its covariance.
+        tempered = GaussianPrior(mean=prior.mean, precision=prior.precision * scale)
+        joint = fitting.refit_windows(self.problem, prepared, prior.mean, tempered)
         if joint.theta is None:
             return self._jittered(), prepared, prior, None, inflation
-        theta = particles.gaussian_particles(self.problem.spec, joint.theta, joint.covariance,
+        covariance = scale * np.asarray(joint.covariance, dtype=float)
+        theta = particles.gaussian_particles(self.problem.spec, joint.theta, covariance,
                                              self.num_particles,
                                              seed=int(self._rng.integers(2 ** 31)))
-        return theta, joint.prepared, prior, (joint.theta, joint.covariance), inflation
+        data = joint.prepared.data
+        prepared = joint.prepared._replace(
+            data=data._replace(noise_std=data.noise_std * np.sqrt(scale)))
+        return theta, prepared, prior, (np.asarray(joint.theta), covariance), inflation
 
     def _own_laplace(self, prepared: estimator_data.MethodData, prior: GaussianPrior,
                      theta: np.ndarray, losses: np.ndarray):
@@ -465,7 +512,7 @@ class OnlineSession:
         return WindowResult(index=index, t_end=float(window.t[-1]), mean=mean, std=std,
                             loss=loss, ess=ess, diverged=diverged,
                             iteration_time=time.perf_counter() - start, predicted=predicted,
-                            prior_inflation=inflation)
+                            prior_inflation=inflation, noise_scale=self._noise_scale)
 
     def _predict(self, traj: Trajectory, theta: np.ndarray) -> np.ndarray:
         """(T, 2 nv) rollout of `traj`'s torques from its first state with `theta` (M,)."""
@@ -492,11 +539,13 @@ class OnlineSession:
                         mocap_orientation=traj.mocap_orientation)
         with self._lock:
             saved = (self._particles, self.windows, self.divergences, self.last_loss,
-                     self._has_posterior, self._state, self._summary)
+                     self._has_posterior, self._state, self._summary, self._noise_scale,
+                     list(self._innovations))
             self.update(window)           # compiles the step and the prediction
             self.update(window)
             (self._particles, self.windows, self.divergences, self.last_loss,
-             self._has_posterior, self._state, self._summary) = saved
+             self._has_posterior, self._state, self._summary, self._noise_scale,
+             self._innovations) = saved
 
     def save(self, path: str | os.PathLike, timeout: float | None = None) -> tuple[str, str]:
         """Write the current posterior to `<stem>.npz` and `<stem>.yaml` atomically (module
@@ -554,20 +603,35 @@ def _laplace_windows(prepared: estimator_data.MethodData) -> bool:
     return isinstance(setting, lik.ShootingLikelihood) and setting.num_windows == 1
 
 
+def _solve_decreasing(statistic, target: float) -> float:
+    """k in [1, MAX_INFLATION] with statistic(log k) = target, for a statistic that falls with
+    k (bisection on log k): 1 where it is at most the target at k = 1, MAX_INFLATION where it
+    is still above it there."""
+    lo, hi = 0.0, float(np.log(MAX_INFLATION))
+    if not statistic(lo) > target:
+        return 1.0
+    if statistic(hi) > target:
+        return MAX_INFLATION
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if statistic(mid) > target else (lo, mid)
+    return float(np.exp(hi))
+
+
 def conflict_inflation(prior: GaussianPrior, theta_window, covariance_window) -> float:
     """The factor k >= 1 by which the prior's covariance is widened for a window whose own
-    fit disagrees with it (a payload picked up; model error the windows see differently).
+    fit disagrees with it (a payload picked up).
 
     With d = theta_window - prior mean, C the prior's covariance and C_w the window-alone
-    fit's Laplace covariance, D(k) = d^T (k C + C_w)^-1 d is chi-square with M degrees of
-    freedom when the parameters did not change. Above its 1 - CONFLICT_LEVEL quantile, k is
-    the value that brings D(k) down to M, its expectation (bisection on log k; MAX_INFLATION
-    if even that is not enough); else 1.
+    fit's covariance (times the session's noise scale), D(k) = d^T (k C + C_w)^-1 d is
+    chi-square with M degrees of freedom when the parameters did not change. Above its
+    1 - CONFLICT_LEVEL quantile, k is the value that brings D(k) down to M, its expectation
+    (MAX_INFLATION if even that is not enough); else 1.
 
     Args:
       prior: the sequential prior (mean (M,), precision (M, M)).
       theta_window: (M,) the window's fit without the prior.
-      covariance_window: (M, M) its Laplace covariance.
+      covariance_window: (M, M) its covariance.
     """
     if not _proper(prior):
         return 1.0                            # a flat direction holds any data
@@ -581,13 +645,42 @@ def conflict_inflation(prior: GaussianPrior, theta_window, covariance_window) ->
 
     if not statistic(0.0) > scipy.stats.chi2.ppf(1.0 - CONFLICT_LEVEL, m):
         return 1.0
-    lo, hi = 0.0, float(np.log(MAX_INFLATION))
-    if statistic(hi) > m:
-        return MAX_INFLATION
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if statistic(mid) > m else (lo, mid)
-    return float(np.exp(hi))
+    return _solve_decreasing(statistic, m)
+
+
+def noise_scale(innovations: Sequence[Innovation]) -> float:
+    """The factor s >= 1 by which the windows' noise variance is multiplied so that their own
+    fits scatter about their priors as much as their covariances say (model error).
+
+    For window j with offset d_j, prior covariance C_j and window covariance C_w,j
+    (`Innovation`), D_j(s) = d_j^T (C_j + s C_w,j)^-1 d_j is chi-square with M degrees of
+    freedom when the model is right and s = 1. Residuals that the model leaves correlated
+    in time (an integrator, a friction or a compliance the model lacks) hold less
+    information than white noise of their size: each window's fit then scatters more than
+    its covariance says, and a posterior of many windows holds the truth less often than it
+    claims. s is the value at which the mean of min(D_j(s), q) over the windows is that of
+    min(chi-square_M, q), q the conflict test's quantile (innovation-based adaptive
+    estimation; the mean, because a posterior of many windows errs by their mean error;
+    clipped at q, so that a payload picked up, whose window fails the conflict test, counts
+    as one large scatter and not as an arbitrary one); at least 1 (the noise std is
+    configured or estimated: s models what the windows' errors add), at most MAX_INFLATION.
+    """
+    if not innovations:
+        return 1.0
+    d = np.stack([i.offset for i in innovations])[..., None]            # (N, M, 1)
+    cov = np.stack([i.prior_covariance for i in innovations])           # (N, M, M)
+    cov_w = np.stack([i.window_covariance for i in innovations])        # (N, M, M)
+    m = d.shape[1]
+    clip = scipy.stats.chi2.ppf(1.0 - CONFLICT_LEVEL, m)
+    # E min(X, q) for X ~ chi-square_M: M P(chi-square_{M+2} <= q) + q P(X > q).
+    target = m * scipy.stats.chi2.cdf(clip, m + 2) + clip * scipy.stats.chi2.sf(clip, m)
+
+    def statistic(log_s):
+        spread = cov + np.exp(log_s) * cov_w
+        values = np.sum(d * np.linalg.solve(spread, d), axis=(1, 2))
+        return float(np.mean(np.minimum(values, clip)))
+
+    return _solve_decreasing(statistic, target)
 
 
 def _predictive_ess(prepared: estimator_data.MethodData, loss: np.ndarray) -> float:

@@ -295,3 +295,30 @@ def test_equation_error_windows_follow_the_payload(phases):
     assert not any(r.diverged for r in results)
     for r, truth in ((results[WINDOWS - 1], light), (results[-1], heavy)):
         assert abs(r.mean[k] - truth) < 0.1, (r.mean[k], r.std[k], truth)
+
+
+def test_noise_scale_finds_the_excess_scatter_of_the_windows():
+    """Window fits scattered about their priors with s times their covariance give back about
+    s (200 windows: the clipped mean's standard error is a few percent); s = 1 stays near 1;
+    a window far off (a payload picked up) counts as one clipped scatter, whatever its size."""
+    rng = np.random.default_rng(0)
+    m = 4
+
+    def innovations(scale, count):
+        out = []
+        for _ in range(count):
+            a, b = rng.normal(size=(2, m, m))
+            prior_cov, window_cov = 0.1 * a @ a.T + 1e-3 * np.eye(m), b @ b.T + 1e-3 * np.eye(m)
+            offset = rng.multivariate_normal(np.zeros(m), prior_cov + scale * window_cov)
+            out.append(online.Innovation(offset, prior_cov, window_cov))
+        return out
+
+    assert online.noise_scale([]) == 1.0
+    assert online.noise_scale(innovations(4.0, 200)) == pytest.approx(4.0, rel=0.2)
+    assert online.noise_scale(innovations(1.0, 200)) < 1.2
+    calm = innovations(1.0, 20)
+    scales = [online.noise_scale(calm + [online.Innovation(np.full(m, jump), np.eye(m),
+                                                           np.eye(m))])
+              for jump in (1e2, 1e6)]
+    assert scales[0] == pytest.approx(scales[1], rel=1e-9)
+    assert online.noise_scale(calm) <= scales[0] < 10.0 * online.noise_scale(calm)
