@@ -4,12 +4,10 @@ controller), and `sysid fit`'s controller parameters file loaded by a real rclpy
 `--params-file` (the live node's pushes over DDS are tested in test_estimator.py)."""
 
 import math
-import time
 
 import numpy as np
 import rclpy
 from rclpy.context import Context
-from rclpy.executors import SingleThreadedExecutor
 import yaml
 
 from sysid_ros import cli
@@ -29,31 +27,19 @@ def test_the_gate_holds_back_paused_diverged_and_wide_posteriors():
         assert held_reason(np.array(std), MAX_STD, diverged=False, paused=False) == 'uncertain'
 
 
-def _spin_until(executor, condition, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
-        executor.spin_once(timeout_sec=0.05)
-    return condition()
-
-
-def test_a_posterior_wider_than_the_threshold_is_held_back_and_a_narrow_one_is_taken():
+def test_a_posterior_wider_than_the_threshold_is_held_back_and_a_narrow_one_is_taken(ros):
     """`online.push_max_std` is a fraction of each pushed parameter's bounds width: at or
     above it nothing is sent (counted as held back, 'uncertain'), below it the controller
     takes the mean. Parameters that are not pushed do not count."""
-    context = Context()
-    rclpy.init(context=context)
-    executor = SingleThreadedExecutor(context=context)
+    controller = rclpy.create_node('sysid_test_controller', context=ros.context)
+    controller.declare_parameter('payload_mass', 0.0)
+    ros.executor.add_node(controller)
+    push = ParameterPush(ros.node, '/sysid_test_controller', {'link2.mass': 'payload_mass'},
+                         ['link1.mass', 'link2.mass'],
+                         {'link1.mass': (0.5, 2.0), 'link2.mass': (0.5, 2.0)},
+                         max_std=0.01, rate=100.0)
     try:
-        node = rclpy.create_node('sysid_test_pusher', context=context)
-        controller = rclpy.create_node('sysid_test_controller', context=context)
-        controller.declare_parameter('payload_mass', 0.0)
-        executor.add_node(node)
-        executor.add_node(controller)
-        push = ParameterPush(node, '/sysid_test_controller', {'link2.mass': 'payload_mass'},
-                             ['link1.mass', 'link2.mass'],
-                             {'link1.mass': (0.5, 2.0), 'link2.mass': (0.5, 2.0)},
-                             max_std=0.01, rate=100.0)
-        assert _spin_until(executor, push.client.service_is_ready)
+        assert ros.spin_until(push.client.service_is_ready, 10.0)
         mean = np.array([1.0, 1.2])                         # [kg]
         threshold = 0.01 * 1.5                              # [kg], of the bounds width
         for std in (threshold, 2.0 * threshold):           # link1's std is not pushed
@@ -62,11 +48,12 @@ def test_a_posterior_wider_than_the_threshold_is_held_back_and_a_narrow_one_is_t
         assert (values['held.uncertain'], values['sent'], message) == \
             (2, 0, 'held back: uncertain')
         assert push.offer(mean, np.array([5.0, 0.9 * threshold]), diverged=False)
-        assert _spin_until(executor, lambda: push.status()[2]['accepted'] == 1)
+        assert ros.spin_until(lambda: push.status()[2]['accepted'] == 1, 10.0)
         assert controller.get_parameter('payload_mass').value == 1.2
     finally:
-        executor.shutdown()
-        rclpy.shutdown(context=context)
+        ros.node.destroy_client(push.client)
+        ros.executor.remove_node(controller)
+        controller.destroy_node()
 
 
 def test_fit_writes_the_push_mapping_as_a_params_file_a_controller_loads(tmp_path):
