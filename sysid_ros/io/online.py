@@ -20,6 +20,11 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
     parameter's intervals). The first window, and the first after `reset`, has the
     configured prior (uniform within the bounds: a Gaussian of zero precision, so every
     window runs the same compiled step); a warm-start file counts as a previous posterior.
+  * Integration step: with `model.dt` empty every window is simulated at the current
+    estimate with the session's steps per sample and twice as many
+    (`integration_step.resolve`); where the difference is not far below the noise the
+    steps double (and the windows' programs compile again), never the other way: a robot
+    at rest in the first windows and fast later gets the step its fast windows need.
   * First window (and the first after `reset`): Sobol particles step in z; then the
     window's own Laplace fit from the best of them (`refit_windows` with the flat prior),
     where it identifies every parameter, is the next prior, not the particles' moments
@@ -91,7 +96,7 @@ import yaml
 from sysid_ros.core.inference import intervals, particles, registry
 from sysid_ros.core.inference.base import GaussianPrior
 from sysid_ros.core.likelihoods import likelihood as lik
-from sysid_ros.io import estimator_data, fitting, simulation
+from sysid_ros.io import estimator_data, fitting, integration_step, simulation
 from sysid_ros.io.config import config_error
 from sysid_ros.io.problem import Problem, prepare_trajectories
 from sysid_ros.io.trajectory import DataError, Trajectory, hold_torques
@@ -267,6 +272,11 @@ class OnlineSession:
                                f'{", ".join(problem.names)}')
         self.names = problem.names
         self._kind = registry.lookup(self.method).data
+        # The integration step's last check (`integration_step`; None with `model.dt` set
+        # or before the first window).
+        self.integration: integration_step.StepChoice | None = None
+        self._integrates = (self._kind != 'regressor'
+                            and cfg.estimator.residual != 'equation_error')
         # Samples per window, as `WindowBuffer` cuts them.
         self.window_samples = int(round(cfg.online.window_length * cfg.data.rate))
         self.num_particles = cfg.estimator.particles
@@ -446,6 +456,16 @@ class OnlineSession:
             return None
         return np.asarray(fit.theta, dtype=float), np.asarray(fit.covariance, dtype=float)
 
+    def _check_step(self, traj: Trajectory) -> None:
+        """Make the integration step finer where this window, simulated at the current
+        estimate, needs it (module doc); the windows' programs then compile again."""
+        theta = self._particles.mean(axis=0) if self._has_posterior else None
+        problem, self.integration = integration_step.resolve(self.problem, [traj],
+                                                             self._integrates, theta)
+        if problem.substeps != self.problem.substeps:
+            self.problem = problem
+            self._estimators = {}
+
     def _window_data(self, traj: Trajectory) -> estimator_data.MethodData:
         return estimator_data.method_data(self.problem, [traj], self._kind)
 
@@ -478,6 +498,7 @@ class OnlineSession:
         with self._lock:
             index = self.windows
             traj = window_trajectory(self.problem, window, index)
+            self._check_step(traj)
             prepared = self._window_data(traj)
             prior = self._window_prior()
             theta0, prepared, prior, summary, inflation = self._window_start(prepared,

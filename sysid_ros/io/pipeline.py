@@ -16,7 +16,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from sysid_ros.core.inference import registry
 from sysid_ros.io import config as config_io
+from sysid_ros.io import integration_step
 from sysid_ros.io.config import Config, config_error
 from sysid_ros.io.fitting import FitResult, fit_estimator
 from sysid_ros.io.problem import (MechanismProblem, Problem, build_problem, identified_urdf,
@@ -59,7 +61,10 @@ def fit(config: Config | Problem | MechanismProblem | str,
         nominal model's values, for the first particle; see `core.inference.particles`).
       seed: seed of the starting particles and the methods' randomness (default:
         `estimator.seed`).
-      log: `log(line)` receives warnings before the fit (identifiability) and notes.
+      log: `log(line)` receives warnings before the fit (identifiability) and notes,
+        among them the integration step chosen (`io.integration_step`: with `model.dt`
+        empty, the fewest steps per sample whose discretisation error is far below the
+        noise).
 
     Returns:
       FitResult. On Ctrl-C (KeyboardInterrupt) during the steps: the particles of the last
@@ -93,5 +98,14 @@ def fit(config: Config | Problem | MechanismProblem | str,
             raise ValueError(f'fit: theta0: expected shape ({spec.num_params},) or (P, '
                              f'{spec.num_params}) for {", ".join(spec.names)}; got '
                              f'{theta0.shape}')
-    return fit_estimator(problem, trajs, method, iterations, progress=progress, theta0=theta0,
-                         seed=seed, start=start, log=log)
+    integrates = (registry.lookup(method).data != 'regressor'
+                  and cfg.estimator.residual != 'equation_error')
+    problem, step = integration_step.resolve(problem, trajs, integrates)
+    if step is not None and log is not None:
+        log(step.describe(problem))
+    result = fit_estimator(problem, trajs, method, iterations, progress=progress,
+                           theta0=theta0, seed=seed, start=start, log=log)
+    if step is not None:
+        result.info.update(substeps=step.substeps, discretisation_error={
+            str(s): e for s, e in step.errors.items()})
+    return result

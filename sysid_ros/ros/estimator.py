@@ -282,6 +282,8 @@ class EstimatorNode(LifecycleNode):
         self.session.warm_up(pipeline.simulate(
             problem, duration=(self.session.window_samples - 1) * problem.dt))
         self.get_logger().info(f'estimator compiled in {time.perf_counter() - start:.1f} s')
+        if self.session.integration is not None:
+            self.get_logger().info(self.session.integration.describe(self.session.problem))
         self._last: online.WindowResult | None = None
         self._lag = float('nan')
         self._stop.clear()
@@ -444,7 +446,11 @@ class EstimatorNode(LifecycleNode):
                 window = self.buffer.pop_window(latest=True)
                 if window is None or self._stop.is_set():
                     continue
+                steps = self.session.problem.substeps
                 result = self.session.update(window)
+                if self.session.problem.substeps != steps:
+                    self.get_logger().info(self.session.integration.describe(
+                        self.session.problem) + f' (window {result.index})')
                 if result.diverged:
                     self.get_logger().warning(
                         f'window {result.index} ({window.t[0]:.3f} to {result.t_end:.3f} s) '

@@ -32,6 +32,7 @@ def _config(**data):
         'model': {'builder': 'double_pendulum',
                   'builder_args': {'l1': 0.5, 'l2': 0.5, 'damping': [0.1, 0.05]},
                   'actuator': 'viscous', 'integrator': 'semi_implicit_euler',
+                  'dt': 0.01,           # the step that simulates the data (else a finer one)
                   'payload': {'link': 'link2', 'mass': 0.3, 'com': [0.0, 0.0, -0.3]}},
         'parameters': {'payload': {'mass': {'min': 0.0, 'max': 2.0},
                                    'com': {'z': {'min': -0.6, 'max': 0.0}}}},

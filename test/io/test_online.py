@@ -23,10 +23,12 @@ OFFSET = np.array([0.1, -0.1, 0.02, 0.01])      # truth - nominal: masses [kg], 
 
 def _problem(**online_changes):
     cfg = config_io.load_yaml(CONFIG)
-    # Small and quick: 8 particles, the cheaper integrator; data from `pipeline.simulate`,
-    # whose torques are held commands.
+    # Small and quick: 8 particles, the cheaper integrator at the sample period (`model.dt`
+    # set: the model that simulates the data, not a finer one chosen by the session); data
+    # from `pipeline.simulate`, whose torques are held commands.
     cfg = dataclasses.replace(
-        cfg, model=dataclasses.replace(cfg.model, integrator='semi_implicit_euler'),
+        cfg, model=dataclasses.replace(cfg.model, integrator='semi_implicit_euler',
+                                       dt=1.0 / cfg.data.rate),
         data=dataclasses.replace(cfg.data, torque_samples='held'),
         estimator=dataclasses.replace(cfg.estimator, particles=8),
         online=dataclasses.replace(cfg.online, save_path=None, **online_changes))

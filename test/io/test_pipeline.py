@@ -28,7 +28,10 @@ def dp_config(integrator='rk4', **estimator):
     return {
         'model': {'builder': 'double_pendulum', 'builder_args': {'damping': [0.15, 0.08]},
                   'joints': ['joint2', 'joint1'], 'actuator': 'viscous',
-                  'integrator': integrator},
+                  'integrator': integrator,
+                  # The first-order integrator at the step that simulates the data (the fit
+                  # would otherwise take a finer one, `io.integration_step`).
+                  **({'dt': 1.0 / RATE} if integrator == 'semi_implicit_euler' else {})},
         'parameters': {
             'link1': {'mass': {'min': 0.1, 'max': 5.0}, 'inertia': _inertia_block()},
             'link2': {'mass': {'min': 0.1, 'max': 5.0}, 'com': {'x': {'min': -0.2, 'max': 0.2}},

@@ -42,7 +42,8 @@ def dp_config(**estimator):
     """The test problem (a plain dict, as in a YAML file)."""
     return {
         'model': {'builder': 'double_pendulum', 'builder_args': {'damping': [0.15, 0.08]},
-                  'actuator': 'viscous', 'integrator': 'semi_implicit_euler'},
+                  'actuator': 'viscous', 'integrator': 'semi_implicit_euler',
+                  'dt': 0.01},          # the step that simulates the data (else a finer one)
         'parameters': {
             'link1': {'mass': {'min': 0.5, 'max': 2.0}},
             'link2': {'mass': {'min': 0.5, 'max': 2.0}},
