@@ -70,6 +70,7 @@ __all__ = [
     'AUTO_WINDOW_SIGMAS',
     'AUTO_WINDOW_STARTS',
     'auto_window_steps',
+    'stretches',
     'NOISE_FLOOR',
     'MOCAP_NOISE_FLOOR',
     'NEA_EDGE_SAMPLES',
@@ -149,15 +150,9 @@ def auto_window_steps(problem: Problem, trajs: Sequence[Trajectory], noise: np.n
     shortest = (min(t.num_samples for t in trajs) - 1) // windows
     lowest = min(max(int(round(AUTO_WINDOW_S[0] * rate)), MIN_WINDOW_STEPS), shortest)
     longest = min(max(int(round(AUTO_WINDOW_S[1] * rate)), lowest), shortest)
-    starts = [(k, i) for k, t in enumerate(trajs)
-              for i in range(0, t.num_samples - longest, max(longest // 2, 1))]
-    if not starts:
+    if all(t.num_samples <= longest for t in trajs):
         return lowest
-    pick = np.linspace(0, len(starts) - 1, min(AUTO_WINDOW_STARTS, len(starts)))
-    chosen = [starts[int(round(j))] for j in pick]
-    measured = np.stack([np.concatenate([trajs[k].q, trajs[k].qd], axis=1)[i:i + longest + 1]
-                         for k, i in chosen])
-    controls = np.stack([trajs[k].tau[i:i + longest] for k, i in chosen])
+    measured, controls = stretches(trajs, longest, AUTO_WINDOW_STARTS)
     spec = problem.spec
     theta = spec.initial_theta(problem.base_params) if theta is None else theta
     params = spec.to_params(jnp.asarray(theta), problem.base_params)
@@ -170,6 +165,24 @@ def auto_window_steps(problem: Problem, trajs: Sequence[Trajectory], noise: np.n
     beyond = np.flatnonzero(median > AUTO_WINDOW_SIGMAS)
     steps = int(beyond[0]) if beyond.size else longest
     return int(np.clip(steps, lowest, longest))
+
+
+def stretches(trajs: Sequence[Trajectory], steps: int, count: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Up to `count` stretches of `steps` steps spread evenly over the data (starts half a
+    stretch apart, as many trajectories as have them): measured states (S, steps + 1, 2 nv)
+    and commands (S, steps, nv). Raises ValueError where no trajectory is longer than
+    `steps`."""
+    starts = [(k, i) for k, t in enumerate(trajs)
+              for i in range(0, t.num_samples - steps, max(steps // 2, 1))]
+    if not starts:
+        raise ValueError(f'stretches: no trajectory longer than {steps} steps')
+    pick = np.linspace(0, len(starts) - 1, min(count, len(starts)))
+    chosen = [starts[int(round(j))] for j in pick]
+    measured = np.stack([np.concatenate([trajs[k].q, trajs[k].qd], axis=1)[i:i + steps + 1]
+                         for k, i in chosen])
+    controls = np.stack([trajs[k].tau[i:i + steps] for k, i in chosen])
+    return measured, controls
 
 
 def _cut_pieces(problem: Problem, trajs: Sequence[Trajectory], window: int, points=None):

@@ -43,7 +43,6 @@ __all__ = [
     'HORIZON_S',
     'STARTS',
     'StepChoice',
-    'stretches',
     'discretisation_errors',
     'choose_substeps',
     'resolve',
@@ -82,17 +81,13 @@ class StepChoice(NamedTuple):
                 f'steps {{{tried}}}{verdict})')
 
 
-def stretches(problem: Problem, trajs: Sequence[Trajectory]):
-    """(x0 (S, 2 nv), controls (S, H, nv)) of up to STARTS stretches spread over the data."""
+def _stretches(problem: Problem, trajs: Sequence[Trajectory]):
+    """(x0 (S, 2 nv), controls (S, H, nv)) of up to STARTS stretches of HORIZON_S (at most
+    the shortest trajectory) spread over the data."""
     steps = max(int(round(HORIZON_S / problem.dt)), 1)
     steps = min(steps, min(t.num_samples for t in trajs) - 1)
-    starts = [(k, i) for k, t in enumerate(trajs)
-              for i in range(0, t.num_samples - steps, max(steps // 2, 1))]
-    pick = np.linspace(0, len(starts) - 1, min(STARTS, len(starts)))
-    chosen = [starts[int(round(j))] for j in pick]
-    x0 = np.stack([np.concatenate([trajs[k].q[i], trajs[k].qd[i]]) for k, i in chosen])
-    controls = np.stack([trajs[k].tau[i:i + steps] for k, i in chosen])
-    return x0, controls
+    measured, controls = estimator_data.stretches(trajs, steps, STARTS)
+    return measured[:, 0], controls
 
 
 def discretisation_errors(problem: Problem, trajs: Sequence[Trajectory], noise: np.ndarray,
@@ -103,7 +98,7 @@ def discretisation_errors(problem: Problem, trajs: Sequence[Trajectory], noise: 
     spec, cfg = problem.spec, problem.config.model
     theta = spec.initial_theta(problem.base_params) if theta is None else theta
     params = spec.to_params(jnp.asarray(theta, float), problem.base_params)
-    x0, controls = stretches(problem, trajs)
+    x0, controls = _stretches(problem, trajs)
 
     def simulate(substeps):
         return np.asarray(integrators.rollout_batch(

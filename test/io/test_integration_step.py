@@ -9,7 +9,7 @@ import pytest
 
 from sysid_ros.core.dynamics import integrators
 from sysid_ros.io import config as config_io
-from sysid_ros.io import integration_step, pipeline
+from sysid_ros.io import estimator_data, integration_step, pipeline
 
 RATE = 25.0            # [Hz]: RK4 at 40 ms is visibly off for the pendulum at this noise
 NOISE = 1e-3
@@ -43,7 +43,9 @@ def test_step_doubling_measures_the_error_against_a_finer_simulation(problem, re
     errors = integration_step.discretisation_errors(problem, [recording], noise,
                                                     tolerance=0.0)
     assert list(errors) == [1, 2, 4, 8, 16]
-    x0, controls = integration_step.stretches(problem, [recording])
+    measured, controls = estimator_data.stretches(
+        [recording], int(round(integration_step.HORIZON_S * RATE)), integration_step.STARTS)
+    x0 = measured[:, 0]
     params = problem.spec.to_params(jnp.asarray(problem.spec.initial_theta(
         problem.base_params)), problem.base_params)
 
