@@ -46,7 +46,8 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
     window samples prior x window^(1/s). On the double pendulum (20 truths each) it raised
     90 % coverage after 10 / 30 / 60 windows from 0.938 / 0.875 / 0.838 to 0.950 / 0.938 /
     0.875 on exact recordings and from 0.812 / 0.775 / 0.825 to 0.838 / 0.812 / 0.825 on
-    MuJoCo's, where s stayed at 1-1.3: what is left there is a bias the windows share.
+    MuJoCo's, where s stayed at 1-1.3: what was left there is a bias the windows share, in
+    part RK4's error at the 10 ms sample period, which the integration step now removes.
   * Prior-data conflict (`conflict_inflation`): when the window's own fit lies too far from
     the prior for a static parameter (chi-square test at CONFLICT_LEVEL), the prior's
     covariance is widened just enough for the two to agree (a payload picked up); the factor
