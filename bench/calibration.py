@@ -18,12 +18,13 @@ Cases (every recording 100 Hz, random multi-sine torques, noise N(0, --noise^2) 
   dp        double pendulum: both masses, both COMs along the links, both dampings.
   chain3    three links with viscous + Coulomb friction: masses and both friction terms.
 Settings:
-  exact   data simulated by the fit's own integrator (rk4 at the data rate).
-  finer   data simulated by rk4 at a ten times finer step (the fit's discretisation error
-          is model error the noise model does not contain; at 100 Hz it is far below the
-          noise for these cases: the coverage equals `exact`'s).
+  exact   data simulated by the fit's own model: rk4 at the data rate, the fit's `model.dt`
+          set to it (not the step the shipped default would choose).
+  finer   data simulated by rk4 at a ten times finer step, fitted with the shipped default
+          step (`model.dt` empty: chosen from the data, `io.integration_step`).
   mujoco  dp only: data from an independent engine, MuJoCo (`heldout.dp_recording`: RK4 at
-          1 ms, 200 Hz, its own double-pendulum MJCF) fitted on `heldout`'s URDF of it.
+          1 ms, 200 Hz, its own double-pendulum MJCF) fitted on `heldout`'s URDF of it with
+          the shipped default step.
 
 Online (`--online`): the live estimator's session (`io.online.OnlineSession`) with the
 shipped live configuration `config/double_pendulum_live.yaml` (csvgd, 16 particles, 1 s
@@ -33,9 +34,11 @@ windows, its noise_std), on a recording with that noise and held torques, after 
 Gaussian intervals of the session's Laplace summary (`OnlineSession.summary`: the mode and
 covariance the next window's prior is built from), which separate the filter's own
 calibration from the 16 particles' sampling of it. Recordings (`--online-data`):
-  exact   simulated by the live model itself (rk4 at the data rate, multi-sine torques).
-  mujoco  model error: MuJoCo's double pendulum (`heldout.dp_recording` at the live data
-          rate), the session running the live configuration on `heldout`'s URDF of it.
+  exact   simulated by the live model itself (rk4 at the data rate, multi-sine torques),
+          the session's `model.dt` set to that step.
+  mujoco  MuJoCo's double pendulum (`heldout.dp_recording` at the live data rate), the
+          session running the live configuration (its step chosen from the windows) on
+          `heldout`'s URDF of it.
 
 Coverage of a nominal level over n independent truths x M parameters is binomial if the
 method is calibrated: the table gives the pooled rate with its binomial standard error.
@@ -132,13 +135,14 @@ class Draw(NamedTuple):
     warnings: tuple[str, ...] = ()
 
 
-def case_config(case: str, fine: bool = False, estimator: dict | None = None
+def case_config(case: str, dt: float | None = None, estimator: dict | None = None
                 ) -> config_io.Config:
-    """The case's configuration with the shipped estimator defaults, but for `estimator`."""
+    """The case's configuration with the shipped estimator defaults, but for `estimator`,
+    and the integration step `dt` [s] (None: the shipped default, chosen from the data)."""
     spec = CASES[case]
     model = dict(spec['model'])
-    if fine:
-        model['dt'] = 1.0 / (RATE * FINE)
+    if dt is not None:
+        model['dt'] = dt
     return config_io.from_dict({'model': model, 'parameters': spec['parameters'],
                                 'data': {'rate': RATE}, 'estimator': estimator or {}})
 
@@ -147,14 +151,16 @@ def own_recorder(case: str, setting: str, noise: float, estimator: dict | None =
                  ) -> tuple[pipeline.Problem, Callable]:
     """The fit's problem and `record(truth (M,), rng) -> Trajectory` from this package's
     simulator (settings exact and finer)."""
-    data_problem = pipeline.build_problem(case_config(case, fine=setting == 'finer'))
+    step = 1.0 / (RATE * FINE) if setting == 'finer' else 1.0 / RATE
+    data_problem = pipeline.build_problem(case_config(case, dt=step))
 
     def record(truth, rng):
         params = data_problem.spec.to_params(truth, data_problem.base_params)
         return simulation.simulate(data_problem, params, duration=DURATION, noise=noise,
                                    seed=int(rng.integers(2**31)), torque_scale=TORQUE_SCALE)
 
-    return pipeline.build_problem(case_config(case, estimator=estimator)), record
+    fit_step = 1.0 / RATE if setting == 'exact' else None
+    return pipeline.build_problem(case_config(case, fit_step, estimator)), record
 
 
 def heldout_dp_model(folder: str) -> dict:
@@ -290,7 +296,9 @@ def online_draws(num_truths: int, seed: int, settings: Sequence[tuple[str, objec
     `heldout`'s URDF)."""
     model = (heldout_dp_model(tempfile.mkdtemp(prefix='sysid_calibration_live_'))
              if data == 'mujoco' else None)
-    cfg = live_config(settings, model)
+    # Exact recordings come from the live model at the sample period: the session's step.
+    own_step = [('model.dt', 1.0 / live_config().data.rate)] if data == 'exact' else []
+    cfg = live_config([*own_step, *settings], model)
     problem = pipeline.build_problem(cfg)
     rng = np.random.default_rng(seed)
     draws: dict[int, list[Draw]] = {k: [] for k in CHECKPOINTS}
