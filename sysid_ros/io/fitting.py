@@ -58,6 +58,7 @@ __all__ = [
     'cached',
     'params_digest',
     'compiled_estimator',
+    'start_point_fit',
     'method_options',
     'fit_estimator',
     'identifiability_report',
@@ -350,12 +351,24 @@ def _scalar(value):
     return float(value)
 
 
+def start_point_fit(problem: Problem, trajs, seed: int, log: Callable | None = None) -> FitResult:
+    """The point fit a Bayesian method with `estimator.init: point` starts from: the default
+    point method on single-shooting windows from the data (`window: auto`)."""
+    cfg = problem.config.estimator
+    single = dataclasses.replace(problem, config=dataclasses.replace(
+        problem.config, estimator=dataclasses.replace(cfg, shooting_windows=1, window='auto')))
+    return fit_estimator(single, trajs, registry.DEFAULT_POINT_METHOD, START_FIT_ITERATIONS,
+                         seed=seed, log=log)
+
+
 def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
                   progress: Callable | None = None, theta0=None, seed: int | None = None,
-                  start: float | None = None, log: Callable | None = None) -> FitResult:
+                  start: float | None = None, log: Callable | None = None,
+                  point: FitResult | None = None) -> FitResult:
     """Run a registered method on prepared trajectories (module doc); `pipeline.fit`'s
     arguments, with `trajs` from `problem.prepare_trajectories`; `log(line)` receives the
-    identifiability report and the start fit's summary.
+    identifiability report and the start fit's summary; `point`: the start fit of a Bayesian
+    method with `init: point` where it was already run (`start_point_fit`).
 
     Raises:
       ConfigError: a parameter without finite bounds for a Bayesian method, too few
@@ -373,14 +386,11 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
     if entry.bayesian:
         estimator_data.check_bounds(problem, method)
     options = method_options(problem, iterations)
-    point = None
-    if entry.bayesian and cfg.init == 'point' and theta0 is None:
+    if not (entry.bayesian and cfg.init == 'point' and theta0 is None):
+        point = None
+    else:
         # lm's windows each start at their own state: single shooting, windows from the data.
-        single = dataclasses.replace(problem, config=dataclasses.replace(
-            problem.config, estimator=dataclasses.replace(cfg, shooting_windows=1,
-                                                          window='auto')))
-        point = fit_estimator(single, trajs, registry.DEFAULT_POINT_METHOD,
-                              START_FIT_ITERATIONS, seed=seed, log=log)
+        point = point or start_point_fit(problem, trajs, seed, log)
         info['start_fit'] = _start_summary(point)
         log(f'{method}: starting from the {point.method} estimate ({info["start_fit"]})')
         if point.warnings or point.covariance is None:

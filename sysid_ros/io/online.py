@@ -20,8 +20,8 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
     parameter's intervals). The first window, and the first after `reset`, has the
     configured prior (uniform within the bounds: a Gaussian of zero precision, so every
     window runs the same compiled step); a warm-start file counts as a previous posterior.
-  * Integration step: with `model.dt` empty every window is simulated at the current
-    estimate with the session's steps per sample and twice as many
+  * Integration step: with `model.dt` empty every window after the first is simulated at
+    the current estimate with the session's steps per sample and twice as many
     (`integration_step.resolve`); where the difference is not far below the noise the
     steps double (and the windows' programs compile again), never the other way: a robot
     at rest in the first windows and fast later gets the step its fast windows need.
@@ -459,10 +459,13 @@ class OnlineSession:
 
     def _check_step(self, traj: Trajectory) -> None:
         """Make the integration step finer where this window, simulated at the current
-        estimate, needs it (module doc); the windows' programs then compile again."""
-        theta = self._particles.mean(axis=0) if self._has_posterior else None
-        problem, self.integration = integration_step.resolve(self.problem, [traj],
-                                                             self._integrates, theta)
+        estimate, needs it (module doc); the windows' programs then compile again. Not
+        before there is an estimate: at the spec's starting values the motions are not the
+        robot's (a start that needed 4 steps on MuJoCo's double pendulum, its truth 2)."""
+        if not self._has_posterior:
+            return
+        problem, self.integration = integration_step.resolve(
+            self.problem, [traj], self._integrates, self._particles.mean(axis=0))
         if problem.substeps != self.problem.substeps:
             self.problem = problem
             self._estimators = {}

@@ -20,7 +20,7 @@ from sysid_ros.core.inference import registry
 from sysid_ros.io import config as config_io
 from sysid_ros.io import integration_step
 from sysid_ros.io.config import Config, config_error
-from sysid_ros.io.fitting import FitResult, fit_estimator
+from sysid_ros.io.fitting import FitResult, fit_estimator, start_point_fit
 from sysid_ros.io.problem import (MechanismProblem, Problem, build_problem, identified_urdf,
                                   prepare_trajectories)
 from sysid_ros.io.simulation import excitation, prediction_error, simulate, typical_torque
@@ -98,14 +98,43 @@ def fit(config: Config | Problem | MechanismProblem | str,
             raise ValueError(f'fit: theta0: expected shape ({spec.num_params},) or (P, '
                              f'{spec.num_params}) for {", ".join(spec.names)}; got '
                              f'{theta0.shape}')
-    integrates = (registry.lookup(method).data != 'regressor'
-                  and cfg.estimator.residual != 'equation_error')
-    problem, step = integration_step.resolve(problem, trajs, integrates)
-    if step is not None and log is not None:
-        log(step.describe(problem))
-    result = fit_estimator(problem, trajs, method, iterations, progress=progress,
-                           theta0=theta0, seed=seed, start=start, log=log)
-    if step is not None:
-        result.info.update(substeps=step.substeps, discretisation_error={
-            str(s): e for s, e in step.errors.items()})
+    entry = registry.lookup(method)
+    if (cfg.model.dt is not None or entry.data == 'regressor'
+            or cfg.estimator.residual == 'equation_error'):
+        return fit_estimator(problem, trajs, method, iterations, progress=progress,
+                             theta0=theta0, seed=seed, start=start, log=log)
+    return _fit_with_step(problem, trajs, method, iterations, progress, theta0, seed, start,
+                          log or (lambda line: None))
+
+
+def _fit_with_step(problem: Problem, trajs, method, iterations, progress, theta0, seed, start,
+                   log) -> FitResult:
+    """`fit` with the integration step chosen from the data (`model.dt` empty): at the
+    estimate of a fit at the sample period (the point method's own fit, or a Bayesian
+    method's start fit), which is kept where that step is fine enough; else the method runs
+    (again) at the finer step. At the spec's starting values the step would be chosen for
+    motions the robot did not make: the held-out Panda's undamped start needed more than
+    16 RK4 steps per 5 ms sample, its estimate 2."""
+    bayesian = registry.lookup(method).bayesian
+    seed = problem.config.estimator.seed if seed is None else int(seed)
+    if bayesian:
+        probe = start_point_fit(problem, trajs, seed)
+    else:
+        probe = fit_estimator(problem, trajs, method, iterations, progress=progress,
+                              theta0=theta0, seed=seed, start=start, log=log)
+    if probe.interrupted:                                   # Ctrl-C: nothing more
+        return probe
+    finer, step = integration_step.resolve(problem, trajs, theta=probe.estimate)
+    log(step.describe(finer))
+    if not bayesian and finer.substeps == problem.substeps:
+        result = probe
+    elif not bayesian:
+        log(f'{method}: fitting again at {finer.substeps} steps per sample, from its estimate')
+        result = fit_estimator(finer, trajs, method, iterations, progress=progress,
+                               theta0=probe.estimate, seed=seed, start=start, log=log)
+    else:
+        result = fit_estimator(finer, trajs, method, iterations, progress=progress,
+                               theta0=theta0, seed=seed, start=start, log=log, point=probe)
+    result.info.update(substeps=step.substeps, discretisation_error={
+        str(s): e for s, e in step.errors.items()})
     return result
