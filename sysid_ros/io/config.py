@@ -262,7 +262,8 @@ class ModelConfig:
         biased the held-out fits by 8-13 %, bench/heldout.py).
       dt: integration step [s], dividing 1 / data.rate; None: chosen by each fit from its
         data (`io.integration_step`: the fewest steps per sample whose discretisation error
-        is within 0.01 noise stds; the live session checks every window and only refines).
+        is within 0.01 noise stds, at the estimate of a fit at the sample period; the live
+        session checks every window from the second at its estimate and only refines).
       payload: a point mass the robot holds, which `parameters.payload.mass` and
         `parameters.payload.com.x|y|z` identify: `{link: <link or fixed frame of the URDF>,
         mass: <nominal kg, default 0>, com: [x, y, z] (nominal position in that frame [m],
