@@ -9,7 +9,8 @@ import pytest
 
 from sysid_ros.core.dynamics import integrators
 from sysid_ros.io import config as config_io
-from sysid_ros.io import estimator_data, integration_step, pipeline
+from sysid_ros.io import estimator_data, integration_step, online, pipeline
+from sysid_ros.io.window_buffer import Window
 
 RATE = 25.0            # [Hz]: RK4 at 40 ms is visibly off for the pendulum at this noise
 NOISE = 1e-3
@@ -80,3 +81,21 @@ def test_an_explicit_step_or_a_fit_that_does_not_integrate_keeps_its_step(record
     assert integration_step.resolve(given, [recording]) == (given, None)
     problem = pipeline.build_problem(_config())
     assert integration_step.resolve(problem, [recording], integrates=False) == (problem, None)
+
+
+def test_a_live_session_refines_its_step_from_its_second_window(recording):
+    """The first window runs at the sample period (no estimate yet); from the second the
+    window is simulated at the session's estimate and the step gets finer."""
+    cfg = config_io.from_dict({
+        **{k: v for k, v in config_io.to_dict(_config()).items() if k != 'estimator'},
+        'estimator': {'method': 'csvgd', 'particles': 4},
+        'online': {'window_length': 2.0, 'iterations_per_window': 2}})
+    session = online.OnlineSession(pipeline.build_problem(cfg))
+    n = session.window_samples
+    windows = [Window(t=recording.t[k:k + n], q=recording.q[k:k + n],
+                      qd=recording.qd[k:k + n], tau=recording.tau[k:k + n])
+               for k in (0, n)]
+    session.update(windows[0])
+    assert session.problem.substeps == 1 and session.integration is None
+    session.update(windows[1])
+    assert session.problem.substeps > 1 and session.integration.reached
