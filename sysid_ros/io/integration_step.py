@@ -7,7 +7,7 @@ each), the model at the given parameters (an estimate: `pipeline.fit` takes that
 the sample period and fits again where a finer step is needed; the live session its
 current one; at the spec's starting values the motions are not the robot's, and the
 held-out Panda's undamped start asked for more than 16 RK4 steps per 5 ms sample where its
-estimate needs 2) is simulated
+estimate needs 1) is simulated
 under the measured commands with s and with 2 s steps per sample period, s = s0, 2 s0, ...
 MAX_SUBSTEPS (s0: the problem's steps so far, 1 for a new problem); the error of s steps,
 estimated as

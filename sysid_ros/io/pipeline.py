@@ -114,7 +114,7 @@ def _fit_with_step(problem: Problem, trajs, method, iterations, progress, theta0
     method's start fit), which is kept where that step is fine enough; else the method runs
     (again) at the finer step. At the spec's starting values the step would be chosen for
     motions the robot did not make: the held-out Panda's undamped start needed more than
-    16 RK4 steps per 5 ms sample, its estimate 2."""
+    16 RK4 steps per 5 ms sample, its estimate 1."""
     bayesian = registry.lookup(method).bayesian
     seed = problem.config.estimator.seed if seed is None else int(seed)
     if bayesian:
