@@ -83,6 +83,7 @@ def test_an_explicit_step_or_a_fit_that_does_not_integrate_keeps_its_step(record
     assert integration_step.resolve(problem, [recording], integrates=False) == (problem, None)
 
 
+@pytest.mark.slow            # 76 s in a fresh clone: a session's programs at two steps
 def test_a_live_session_refines_its_step_from_its_second_window(recording):
     """The first window runs at the sample period (no estimate yet); from the second the
     window is simulated at the session's estimate and the step gets finer."""
