@@ -36,9 +36,11 @@ def test_plays_every_message_with_clock(start_node, ros, bag):
     subs = [ros.node.create_subscription(JointState, '/joint_states', received.append, qos),
             ros.node.create_subscription(Clock, '/clock', clocks.append, qos)]
     try:
-        # 2x real time: the 1.5 s bag plays in about 0.75 s after a 3 s start delay.
+        # 2x real time: the 1.5 s bag plays in about 0.75 s once this node's subscription
+        # has matched (a 3 s start delay alone lost the first message once in a loaded run).
         process = start_node('sysid_ros.ros.bag_player', '-p', f'bag:={path}',
-                             '-p', 'rate:=2.0', '-p', 'start_delay:=3.0')
+                             '-p', 'rate:=2.0', '-p', 'start_delay:=3.0',
+                             '-p', 'wait_for_subscribers:=1')
         assert ros.spin_until(lambda: len(received) >= NUM or process.proc.poll() is not None,
                               START_TIMEOUT), process.output()
         ros.spin_for(0.2)
