@@ -80,6 +80,7 @@ __all__ = [
     'check_bounds',
     'estimate_noise_std',
     'configured_noise_std',
+    'noise_std',
     'configured_torque_noise_std',
     'mocap_points',
     'window_start',
@@ -305,7 +306,9 @@ def _one_or_each(problem: Problem, key: str, count: int, each: str) -> np.ndarra
     return np.broadcast_to(np.asarray(given, dtype=float), (count,)).copy()
 
 
-def _noise_std(problem: Problem, trajs: Sequence[Trajectory]) -> tuple[np.ndarray, str]:
+def noise_std(problem: Problem, trajs: Sequence[Trajectory]) -> tuple[np.ndarray, str]:
+    """(2 nv,) noise std per state dimension and where it came from ('config', else
+    'estimated' from the trajectories' third differences; module doc)."""
     configured = configured_noise_std(problem)
     if configured is not None:
         return configured, 'config'
@@ -336,7 +339,7 @@ def shooting_problem(problem: Problem, trajs: Sequence[Trajectory], theta=None
     if not trajs:
         raise DataError('no trajectories given')
     cfg = problem.config
-    noise, source = _noise_std(problem, trajs)
+    noise, source = noise_std(problem, trajs)
     window, window_source = _window_steps(problem, trajs, noise, theta)
     points = mocap_points(problem, trajs) if problem.mocap else None
     states, controls, observed, info = _cut_pieces(problem, trajs, window, points)

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sysid_ros.core.dynamics import integrators
+from sysid_ros.core.inference import registry
 from sysid_ros.io import estimator_data
 from sysid_ros.io.problem import Problem
 from sysid_ros.io.trajectory import Trajectory
@@ -47,6 +48,7 @@ __all__ = [
     'HORIZON_S',
     'STARTS',
     'StepChoice',
+    'integrates',
     'discretisation_errors',
     'choose_substeps',
     'resolve',
@@ -83,6 +85,13 @@ class StepChoice(NamedTuple):
         return (f'integration: {self.substeps} {problem.config.model.integrator} step(s) per '
                 f'{problem.dt * 1e3:g} ms sample (discretisation error in noise stds by '
                 f'steps {{{tried}}}{verdict})')
+
+
+def integrates(problem: Problem, method: str) -> bool:
+    """Whether `method`'s fit simulates the model (not the inverse-dynamics regressors, not
+    the equation-error residual): only then is there a step to choose."""
+    return (registry.lookup(method).data != 'regressor'
+            and problem.config.estimator.residual != 'equation_error')
 
 
 def _stretches(problem: Problem, trajs: Sequence[Trajectory]):
@@ -127,10 +136,7 @@ def choose_substeps(problem: Problem, trajs: Sequence[Trajectory], theta=None,
     """The fewest integration steps per sample period, no fewer than `problem.substeps`, whose
     discretisation error on `trajs` (prepared: on the problem's time grid) at `theta` is
     within `tolerance` noise stds (module doc)."""
-    noise = estimator_data.configured_noise_std(problem)
-    if noise is None:
-        noise = estimator_data.estimate_noise_std(
-            [np.concatenate([t.q, t.qd], axis=1) for t in trajs], problem.model.nv)
+    noise, _ = estimator_data.noise_std(problem, trajs)
     errors = discretisation_errors(problem, trajs, noise, theta, tolerance)
     substeps = max(errors)
     return StepChoice(substeps, errors, errors[substeps] <= tolerance)
@@ -139,8 +145,8 @@ def choose_substeps(problem: Problem, trajs: Sequence[Trajectory], theta=None,
 def resolve(problem: Problem, trajs: Sequence[Trajectory], integrates: bool = True,
             theta=None) -> tuple[Problem, StepChoice | None]:
     """`problem` with the integration step chosen on `trajs` at `theta` where `model.dt` is
-    empty and the fit integrates the model (`integrates`: False for the equation error and
-    the regressors), and the choice (None where nothing was chosen). The step only gets
+    empty and the fit integrates the model (`integrates`: the function of that name), and
+    the choice (None where nothing was chosen). The step only gets
     finer: a live session calls it on every window."""
     if problem.config.model.dt is not None or not integrates:
         return problem, None

@@ -42,9 +42,8 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
   * Noise scale (`noise_scale`, from the newest NOISE_SCALE_WINDOWS windows): each
     Laplace window's own fit is compared with its prior; where the fits scatter more than
     their covariances say (model error: residuals correlated in time hold less
-    information than white noise), the windows' noise
-    variance is multiplied by the factor s that makes that scatter typical, and every later
-    window samples prior x window^(1/s). On the double pendulum (20 truths each) it raised
+    information than white noise), the windows' noise variance is multiplied by the factor
+    s that makes that scatter typical, and every later window samples prior x window^(1/s). On the double pendulum (20 truths each) it raised
     90 % coverage after 10 / 30 / 60 windows from 0.938 / 0.875 / 0.838 to 0.950 / 0.938 /
     0.875 on exact recordings and from 0.812 / 0.775 / 0.825 to 0.838 / 0.812 / 0.825 on
     MuJoCo's, where s stayed at 1-1.3: what was left there is a bias the windows share, in
@@ -282,8 +281,7 @@ class OnlineSession:
         # The integration step's last check (`integration_step`; None with `model.dt` set
         # or before the first window).
         self.integration: integration_step.StepChoice | None = None
-        self._integrates = (self._kind != 'regressor'
-                            and cfg.estimator.residual != 'equation_error')
+        self._integrates = integration_step.integrates(problem, self.method)
         # Samples per window, as `WindowBuffer` cuts them.
         self.window_samples = int(round(cfg.online.window_length * cfg.data.rate))
         self.num_particles = cfg.estimator.particles

@@ -98,9 +98,7 @@ def fit(config: Config | Problem | MechanismProblem | str,
             raise ValueError(f'fit: theta0: expected shape ({spec.num_params},) or (P, '
                              f'{spec.num_params}) for {", ".join(spec.names)}; got '
                              f'{theta0.shape}')
-    entry = registry.lookup(method)
-    if (cfg.model.dt is not None or entry.data == 'regressor'
-            or cfg.estimator.residual == 'equation_error'):
+    if cfg.model.dt is not None or not integration_step.integrates(problem, method):
         return fit_estimator(problem, trajs, method, iterations, progress=progress,
                              theta0=theta0, seed=seed, start=start, log=log)
     return _fit_with_step(problem, trajs, method, iterations, progress, theta0, seed, start,
