@@ -29,8 +29,8 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
     window's own Laplace fit from the best of them (`refit_windows` with the flat prior),
     where it identifies every parameter, is the next prior, not the particles' moments
     (20-30 steps from Sobol points leave them short of the posterior).
-  * Laplace start (windows of a shooting likelihood, one window per piece, once there is a
-    posterior): `fitting.refit_windows` fits the window alone and then prior x window
+  * Laplace start (windows of one piece each, of a single-shooting or the equation-error
+    likelihood, once there is a posterior): `fitting.refit_windows` fits the window alone and then prior x window
     (parameters and start states, Levenberg-Marquardt); the particles are drawn around the
     second fit from its Laplace covariance and step in its stds (`methods.whitened`), and
     that fit (m, C) is what the next prior is built from, not the particles' moments, whose
@@ -51,8 +51,10 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
   * Prior-data conflict (`conflict_inflation`): when the window's own fit lies too far from
     the prior for a static parameter (chi-square test at CONFLICT_LEVEL), the prior's
     covariance is widened just enough for the two to agree (a payload picked up); the factor
-    is `WindowResult.prior_inflation`. Equation-error windows have neither the Laplace start
-    nor the test: there, jitter and forgetting are what follow a change.
+    is `WindowResult.prior_inflation`. The test reads the noise scale of the earlier
+    windows, and a window that fails it stays out of the noise scale. The equation error's
+    windows have both since 2026-11-28 (before, only jitter and forgetting followed a
+    change there): `make demo`'s Panda followed its pick-up in 2.1 s instead of 9.0.
   * What carries over between windows is the estimator's `rebase` (`core.inference.methods`:
     for CSVGD the particles; the shooting states restart on the new window's measurements,
     the multipliers at zero and Adam's moments afresh). The first window `init`s it.
@@ -409,15 +411,22 @@ class OnlineSession:
         test); the data and the prior are what the window's steps sample (the noise scaled,
         the prior widened). Before the first posterior, with a prior flat in some direction
         (where an uninformative window's Laplace would have no spread), where the fits fail,
-        and for likelihoods without single-shooting windows (multiple shooting, the equation
-        error): the (jittered) particles themselves."""
+        and for windows of several pieces (multiple shooting): the (jittered) particles
+        themselves."""
         if not (self._has_posterior and _laplace_windows(prepared) and _proper(prior)):
             return self._jittered(), prepared, prior, None, 1.0
         flat = GaussianPrior(mean=prior.mean, precision=jnp.zeros_like(prior.precision))
         alone = fitting.refit_windows(self.problem, prepared, prior.mean, flat)
         inflation = 1.0
         if alone.theta is not None:
-            if self._summary is not None:
+            # The test reads the noise scale of the windows before this one: a window that
+            # fails it is a change (a payload picked up), not a scatter, and stays out of
+            # the scale, which it would otherwise raise until it hid the change itself.
+            inflation = conflict_inflation(prior, alone.theta,
+                                           self._noise_scale * alone.covariance)
+            if inflation > 1.0:
+                prior = GaussianPrior(mean=prior.mean, precision=prior.precision / inflation)
+            elif self._summary is not None:
                 # Only a Laplace posterior is a prior the window's scatter is measured against
                 # (a first window that identified too little leaves the particles' moments).
                 self._innovations.append(Innovation(
@@ -425,10 +434,6 @@ class OnlineSession:
                     prior_covariance=np.linalg.inv(np.asarray(prior.precision, dtype=float)),
                     window_covariance=np.asarray(alone.covariance, dtype=float)))
                 self._noise_scale = noise_scale(self._innovations)
-            inflation = conflict_inflation(prior, alone.theta,
-                                           self._noise_scale * alone.covariance)
-            if inflation > 1.0:
-                prior = GaussianPrior(mean=prior.mean, precision=prior.precision / inflation)
         scale = self._noise_scale
         # prior x window^(1/s) has the mode of s prior x window and s times its covariance.
         tempered = GaussianPrior(mean=prior.mean, precision=prior.precision * scale)
@@ -626,10 +631,10 @@ def _proper(prior: GaussianPrior) -> bool:
 
 
 def _laplace_windows(prepared: estimator_data.MethodData) -> bool:
-    """Whether the windows have a Laplace start: a shooting likelihood, one window per piece
-    (what `fitting.refit_windows` fits)."""
+    """Whether the windows have a Laplace start: one window per piece, what
+    `fitting.refit_windows` fits (a single-shooting likelihood, the equation error)."""
     setting = prepared.target.likelihood
-    return isinstance(setting, lik.ShootingLikelihood) and setting.num_windows == 1
+    return setting is not None and setting.num_windows == 1
 
 
 def _solve_decreasing(statistic, target: float) -> float:
@@ -690,8 +695,8 @@ def noise_scale(innovations: Sequence[Innovation]) -> float:
     claims. s is the value at which the mean of min(D_j(s), q) over the windows is that of
     min(chi-square_M, q), q the conflict test's quantile (innovation-based adaptive
     estimation; the mean, because a posterior of many windows errs by their mean error;
-    clipped at q, so that a payload picked up, whose window fails the conflict test, counts
-    as one large scatter and not as an arbitrary one); at least 1 (the noise std is
+    clipped at q, so that no single window, however far off, outweighs the others; windows
+    that fail the conflict test, a payload picked up, are left out by `OnlineSession`); at least 1 (the noise std is
     configured or estimated: s models what the windows' errors add), at most MAX_INFLATION.
     """
     if not innovations:

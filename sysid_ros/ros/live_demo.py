@@ -124,14 +124,17 @@ def _scored(names: Sequence[str], truth: Mapping[str, float]) -> list[str]:
 
 def _table(names, truth, estimate, bounds, tolerance) -> str:
     scored = _scored(names, truth)
-    rows = [('parameter', 'true', 'estimated', 'std', 'error/width', '')]
+    # error/std: the error in posterior stds, |.| below 2 about 95 % of the time where the
+    # stds are honest.
+    rows = [('parameter', 'true', 'estimated', 'std', 'error/std', 'error/width', '')]
     for name in names:
         mean, std = estimate[name]
         lo, hi = bounds[name]
         error = abs(mean - truth[name]) / (hi - lo)
+        z = f'{(mean - truth[name]) / std:+.1f}' if std > 0.0 else '-'
         verdict = 'not scored' if name not in scored else 'ok' if error <= tolerance else 'OFF'
-        rows.append((name, f'{truth[name]:.4g}', f'{mean:.4g}', f'{std:.2g}', f'{error:.3f}',
-                     verdict))
+        rows.append((name, f'{truth[name]:.4g}', f'{mean:.4g}', f'{std:.2g}', z,
+                     f'{error:.3f}', verdict))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return '\n'.join('  '.join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
                      for row in rows)

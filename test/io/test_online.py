@@ -283,10 +283,14 @@ def test_the_prior_carries_the_posterior_through_an_uninformative_window(problem
 
 def test_equation_error_windows_follow_the_payload(phases):
     # The same windows through the equation-error likelihood (`estimator.residual`): torque
-    # residuals of the causally filtered window, its noise estimated per window.
-    # These windows have no Laplace fit and no conflict test: the prior's random walk and
-    # forgetting are what lets them follow.
-    problem = _problem(jitter=0.02, forgetting=0.95, iterations_per_window=20)
+    # residuals of the causally filtered window, its noise estimated per window. With the
+    # shipped prior (no forgetting, no random walk) they follow the payload as the output
+    # error's do: Laplace starts, and the conflict test where the payload is picked up.
+    # These windows are weaker than the output error's (9 kept samples of the 11-tap filter
+    # per joint, whose own error on this fast swinging at 100 Hz scales their noise by 2-7:
+    # `WindowResult.noise_scale`), so the test may fail on the first windows after the
+    # change and pass on a later one.
+    problem = _problem(iterations_per_window=20)
     cfg = problem.config
     problem = pipeline.build_problem(dataclasses.replace(cfg, estimator=dataclasses.replace(
         cfg.estimator, residual='equation_error')))
@@ -295,8 +299,12 @@ def test_equation_error_windows_follow_the_payload(phases):
     results = [session.update(w) for w in phases[0] + phases[1]]
     light, heavy = phases[2]
     assert not any(r.diverged for r in results)
+    assert session.summary is not None
     for r, truth in ((results[WINDOWS - 1], light), (results[-1], heavy)):
         assert abs(r.mean[k] - truth) < 0.1, (r.mean[k], r.std[k], truth)
+        assert abs(r.mean[k] - truth) < 4.0 * r.std[k] + 0.01, (r.mean[k], r.std[k], truth)
+    assert max(r.prior_inflation for r in results[WINDOWS:]) > 1e3
+    assert all(r.prior_inflation == 1.0 for r in results[:WINDOWS])
 
 
 def test_noise_scale_finds_the_excess_scatter_of_the_windows():
