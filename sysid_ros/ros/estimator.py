@@ -71,7 +71,8 @@ Diagnostics (not latched):
     `online.silent_warn`, STALE after `online.silent_stale`), one for the window buffer
     (fill, rejected messages by reason, ignored joint names, time jumps, dropped windows) and
     one for the estimator (windows, iteration time, lag from window end to publish in the
-    node clock, predictive ESS, divergences, loss; WARN when inference is slower than the
+    node clock, predictive ESS, divergences, loss, the noise scale and the last window's
+    prior inflation of `io.online`; WARN when inference is slower than the
     hop or the last window diverged), and with a push target one for the push (WARN when
     the controller rejected the last push).
 Services (std_srvs/Trigger): `~/reset` (posterior back to its start), `~/save` (write the
@@ -531,6 +532,8 @@ class EstimatorNode(LifecycleNode):
         if last is not None:
             values.update(iteration_time_s=f'{last.iteration_time:.4f}', lag_s=f'{lag:.4f}',
                           ess=f'{last.ess:.3f}', loss=f'{last.loss:.6g}',
+                          noise_scale=f'{last.noise_scale:.4g}',
+                          prior_inflation=f'{last.prior_inflation:.4g}',
                           window_end=f'{last.t_end:.6f}')
             message = 'running'
             if last.diverged:
