@@ -430,10 +430,11 @@ def equation_error_problem(problem: Problem, trajs: Sequence[Trajectory], theta=
         piece = int(np.clip(round(seconds * cfg.data.rate / taps), 1, fewest))
     arrays = {name: np.stack([k[name][i * piece:(i + 1) * piece] for k in kept
                               for i in range(k['tau'].shape[0] // piece)])
-              for name in ('q', 'qd', 'qdd', 'tau')}
+              for name in ('q', 'qd', 'qdd', 'tau', 'tau_rate')}
     try:
         data = equation_error.make_torque_data(setting, **arrays,
-                                               noise_std=1.0 if given is None else given)
+                                               noise_std=1.0 if given is None else given,
+                                               timing_std=cfg.data.torque_timing_std)
     except ValueError as exc:
         raise DataError(str(exc)) from exc
     source = 'config'
@@ -449,6 +450,7 @@ def equation_error_problem(problem: Problem, trajs: Sequence[Trajectory], theta=
             'piece_s': n * taps * problem.dt, 'filter_taps': taps,
             'filter_delay_s': (taps - 1) / 2 * problem.dt,
             'noise_std': [float(v) for v in data.noise_std], 'noise_std_source': source,
+            'torque_timing_std_s': cfg.data.torque_timing_std,
             'likelihood': cfg.estimator.likelihood}
     return ShootingProblem(likelihood=setting, data=data, info=info)
 

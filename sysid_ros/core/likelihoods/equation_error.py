@@ -36,6 +36,23 @@ torque at the instant t_k, the mean of the commands either side (tau[k-1] + tau[
 (as NEA takes it, `io.estimator_data.nea_samples`), is what is filtered. The first L - 1
 samples of a trajectory only fill the filter.
 
+Timing (`TorqueData.timing_std`, `data.torque_timing_std`). Torques and joint states that
+are offset in time by delta (a command held from its stamp on, a driver's latency) give
+tau(t + delta) ~ tau(t) + delta tau'(t): for tau ~ M qdd + g(q) that offset reads as a
+damping of delta (dg/dq - omega^2 M) at an excitation frequency omega (on `make demo`'s
+Panda 0.13 N m s/rad per ms on joint 2, a posterior std there being 0.1-0.16 ms). So each
+piece k carries an unknown offset delta_k ~ N(0, s_t^2), marginalised: its residuals get
+the covariance diag(sigma^2) + s_t^2 v_k v_k^T, v_k the piece's torque rates tau' (the
+filter's slope of the torque) stacked over samples and joints. With r~ and v~ divided by
+sigma (Sherman-Morrison),
+
+    log p_k = -1/2 (|r~|^2 - s_t^2 (v~^T r~)^2 / (1 + s_t^2 |v~|^2))
+              - 1/2 log(1 + s_t^2 |v~|^2) - N sum_j log(sqrt(2 pi) sigma_j),
+
+and the whitened residual r~ - (1 - 1 / sqrt(1 + s_t^2 |v~|^2)) v~ (v~^T r~) / |v~|^2 has
+that squared norm (what Levenberg-Marquardt and the Laplace fits take). s_t = 0 is the
+white-noise likelihood above.
+
 Independence: the filter correlates noise over L samples, so every L-th output is kept:
 the kept samples' supports do not overlap and white measurement noise leaves independent
 residuals (and a step costs T / L RNEA calls for T samples).
@@ -78,6 +95,7 @@ __all__ = [
     'filter_samples',
     'make_torque_data',
     'torque_residuals',
+    'whitened_residuals',
     'residual_noise_std',
     'fit_noise_std',
 ]
@@ -132,7 +150,7 @@ class EquationErrorLikelihood:
     def check_data(self, data: TorqueData) -> None:
         """Raise ValueError (before any compilation) if `data` does not fit the model."""
         nv = self.model.nv
-        for name in ('q', 'qd', 'qdd', 'tau'):
+        for name in ('q', 'qd', 'qdd', 'tau', 'tau_rate'):
             shape = getattr(data, name).shape
             if len(shape) != 3 or shape[2] != nv or shape != data.tau.shape:
                 raise ValueError(f'equation error: {name}: expected (K, N, {nv}) like tau '
@@ -150,6 +168,9 @@ class TorqueData(NamedTuple):
       tau: (K, N, nv) measured commands at the same instants [N m, N].
       noise_std: (nv,) residual noise std per joint [N m, N].
       x0: (K, 0) start states of the pieces: none (lm fits a start per block).
+      tau_rate: (K, N, nv) the torques' rates at the same instants [N m/s, N/s].
+      timing_std: () std of each piece's offset between torques and states [s] (module
+        doc; 0: none).
     """
 
     q: jax.Array
@@ -158,6 +179,8 @@ class TorqueData(NamedTuple):
     tau: jax.Array
     noise_std: jax.Array
     x0: jax.Array
+    tau_rate: jax.Array
+    timing_std: jax.Array
 
     @property
     def num_trajectories(self) -> int:
@@ -230,8 +253,9 @@ def filter_samples(q, qd, tau, dt: float, num_taps: int) -> dict[str, np.ndarray
       num_taps: L, odd filter length.
 
     Returns:
-      {q, qd, qdd, tau}: (floor((T - L) / L) + 1, nv) each, every L-th filter output, all
-      estimates at the instant D = (L - 1) / 2 samples before the newest sample they use.
+      {q, qd, qdd, tau, tau_rate}: (floor((T - L) / L) + 1, nv) each, every L-th filter
+      output, all estimates at the instant D = (L - 1) / 2 samples before the newest sample
+      they use (tau_rate: the slope through the torques, [N m/s, N/s]).
 
     Raises:
       ValueError: as `savitzky_golay_kernels`, or fewer than L samples.
@@ -243,18 +267,20 @@ def filter_samples(q, qd, tau, dt: float, num_taps: int) -> dict[str, np.ndarray
                          f'{num_taps} taps')
     at_instants = np.concatenate([tau[:1], 0.5 * (tau[1:] + tau[:-1])])
     out = {'q': _fir(q, smooth), 'qd': _fir(qd, smooth), 'qdd': _fir(qd, slope),
-           'tau': _fir(at_instants, smooth)}
+           'tau': _fir(at_instants, smooth), 'tau_rate': _fir(at_instants, slope)}
     return {name: value[::num_taps] for name, value in out.items()}
 
 
-def make_torque_data(setting: EquationErrorLikelihood, q, qd, qdd, tau, noise_std
-                     ) -> TorqueData:
-    """TorqueData of K pieces (K, N, nv) each and the noise std (scalar or (nv,)).
+def make_torque_data(setting: EquationErrorLikelihood, q, qd, qdd, tau, noise_std,
+                     tau_rate=None, timing_std: float = 0.0) -> TorqueData:
+    """TorqueData of K pieces (K, N, nv) each (`tau_rate` None: zeros), the noise std
+    (scalar or (nv,)) and the timing std [s].
 
     Raises:
-      ValueError: shapes that do not fit the model, NaN/inf, noise_std <= 0.
+      ValueError: shapes that do not fit the model, NaN/inf, noise_std <= 0, timing_std < 0.
     """
-    arrays = [np.asarray(a, dtype=float) for a in (q, qd, qdd, tau)]
+    tau_rate = np.zeros_like(np.asarray(tau, dtype=float)) if tau_rate is None else tau_rate
+    arrays = [np.asarray(a, dtype=float) for a in (q, qd, qdd, tau, tau_rate)]
     nv = setting.model.nv
     try:
         noise = np.broadcast_to(np.asarray(noise_std, dtype=float), (nv,)).copy()
@@ -263,11 +289,15 @@ def make_torque_data(setting: EquationErrorLikelihood, q, qd, qdd, tau, noise_st
                          f'shape {np.shape(noise_std)}') from None
     if not np.all(np.isfinite(noise) & (noise > 0.0)):
         raise ValueError(f'equation error: noise_std: expected > 0 per joint, got {noise}')
-    for name, array in zip(('q', 'qd', 'qdd', 'tau'), arrays):
+    if not timing_std >= 0.0:
+        raise ValueError(f'equation error: timing_std: expected >= 0, got {timing_std!r}')
+    for name, array in zip(('q', 'qd', 'qdd', 'tau', 'tau_rate'), arrays):
         if not np.all(np.isfinite(array)):
             raise ValueError(f'equation error: {name} holds NaN or inf')
-    data = TorqueData(*(jnp.asarray(a) for a in arrays), noise_std=jnp.asarray(noise),
-                      x0=jnp.zeros((arrays[3].shape[0], 0)))
+    q, qd, qdd, tau, tau_rate = (jnp.asarray(a) for a in arrays)
+    data = TorqueData(q, qd, qdd, tau, noise_std=jnp.asarray(noise),
+                      x0=jnp.zeros((arrays[3].shape[0], 0)), tau_rate=tau_rate,
+                      timing_std=jnp.asarray(float(timing_std)))
     setting.check_data(data)
     return data
 
@@ -334,7 +364,8 @@ def _log_normaliser(data: TorqueData) -> jax.Array:
 @lik.select_trajectories.register(TorqueData)
 def _select(data: TorqueData, index) -> TorqueData:
     return data._replace(q=data.q[index], qd=data.qd[index], qdd=data.qdd[index],
-                         tau=data.tau[index], x0=data.x0[index])
+                         tau=data.tau[index], x0=data.x0[index],
+                         tau_rate=data.tau_rate[index])
 
 
 @lik.initial_shooting_states.register(EquationErrorLikelihood)
@@ -342,10 +373,27 @@ def _initial_shooting_states(likelihood, data) -> jax.Array:
     return jnp.zeros(likelihood.shooting_shape(data), data.tau.dtype)
 
 
+def whitened_residuals(setting: EquationErrorLikelihood, params: Params, data: TorqueData
+                       ) -> tuple[jax.Array, jax.Array]:
+    """((K, N nv) residuals whitened against the noise and the timing offset, (K,) the log
+    determinant log(1 + s_t^2 |v~|^2) of each piece's covariance over diag(sigma^2)) (module
+    doc: Timing)."""
+    k = data.num_trajectories
+    r = (torque_residuals(setting, params, data) / data.noise_std).reshape(k, -1)
+    v = (data.tau_rate / data.noise_std).reshape(k, -1)
+    vv = jnp.sum(jnp.square(v), axis=1)
+    grow = jnp.square(data.timing_std) * vv                          # s_t^2 |v~|^2, (K,)
+    # (1 - 1 / sqrt(1 + g)) / |v~|^2, written to stay finite where v~ = 0.
+    root = jnp.sqrt(1.0 + grow)
+    shrink = jnp.square(data.timing_std) / (root * (1.0 + root))
+    white = r - (shrink * jnp.sum(v * r, axis=1))[:, None] * v
+    return white, jnp.log1p(grow)
+
+
 @lik.log_likelihood.register(EquationErrorLikelihood)
 def _log_likelihood(likelihood, params, shooting, data) -> lik.LikelihoodTerms:
-    r = torque_residuals(likelihood, params, data) / data.noise_std
-    per_piece = -0.5 * jnp.sum(jnp.square(r), axis=(1, 2)) - _log_normaliser(data)
+    r, log_det = whitened_residuals(likelihood, params, data)
+    per_piece = -0.5 * (jnp.sum(jnp.square(r), axis=1) + log_det) - _log_normaliser(data)
     return lik.LikelihoodTerms(log_lik=lik.combine_trajectories(likelihood, per_piece),
                                per_trajectory=per_piece,
                                defects=jnp.zeros(likelihood.shooting_shape(data), r.dtype))
@@ -353,8 +401,7 @@ def _log_likelihood(likelihood, params, shooting, data) -> lik.LikelihoodTerms:
 
 @lik.window_residuals.register(EquationErrorLikelihood)
 def _window_residuals(likelihood, params, starts, data) -> jax.Array:
-    r = torque_residuals(likelihood, params, data) / data.noise_std
-    return r.reshape(data.num_trajectories, -1)
+    return whitened_residuals(likelihood, params, data)[0]
 
 
 @lik.fit_window_starts.register(EquationErrorLikelihood)
