@@ -494,7 +494,8 @@ class DataConfig:
         (`io.estimator_data`).
       torque_timing_std: standard deviation of an unknown offset in time between the
         torques and the joint states, one per piece of the equation error, marginalised
-        (`core.likelihoods.equation_error`, Timing) [s]; 0: none.
+        (`core.likelihoods.equation_error`, Timing) [s]; default 1 ms, the period of a
+        1 kHz driver (a held command read at its stamp is half of it early); 0: none.
       gap: a recording is cut into trajectories wherever its joint states pause longer than
         this [s] (`sysid fit --bag`).
       segments: bag time ranges to use, as pairs `[start, end, start, end, ...]` [s] after
@@ -513,7 +514,7 @@ class DataConfig:
     mocap_noise_std: float | None = _opt(None, 'float', unit='m', optional=True, gt=0.0)
     noise_std: tuple[float, ...] = _opt((), 'float_list', gt=0.0)
     torque_noise_std: tuple[float, ...] = _opt((), 'float_list', unit='N m', gt=0.0)
-    torque_timing_std: float = _opt(0.0, 'float', unit='s', ge=0.0)
+    torque_timing_std: float = _opt(1e-3, 'float', unit='s', ge=0.0)
     gap: float = _opt(0.5, 'float', unit='s', gt=0.0)
     segments: tuple[float, ...] = _opt((), 'float_list', unit='s', ge=0.0)
     holdout: float = _opt(0.0, 'float', ge=0.0)

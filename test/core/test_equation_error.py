@@ -84,7 +84,10 @@ def test_filter_is_exact_for_cubics_and_delayed_by_half_its_length():
 
 
 def test_log_likelihood_is_the_gaussian_of_the_torque_residuals(problem, prepared, truth):
-    setting, data = prepared.target.likelihood, prepared.data
+    # Without the timing term (`data.torque_timing_std` 0): independent Gaussians.
+    setting = prepared.target.likelihood
+    assert float(prepared.data.timing_std) == 1e-3          # the default
+    data = prepared.data._replace(timing_std=jnp.asarray(0.0))
     params = problem.spec.to_params(jnp.asarray(truth), problem.base_params)
     terms = lik.log_likelihood(setting, params, jnp.zeros(setting.shooting_shape(data)), data)
     r = np.asarray(ee.torque_residuals(setting, params, data)) / np.asarray(data.noise_std)
