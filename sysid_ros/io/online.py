@@ -30,8 +30,9 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
     where it identifies every parameter, is the next prior, not the particles' moments
     (20-30 steps from Sobol points leave them short of the posterior).
   * Laplace start (windows of one piece each, of a single-shooting or the equation-error
-    likelihood, once there is a posterior): `fitting.refit_windows` fits the window alone and then prior x window
-    (parameters and start states, Levenberg-Marquardt); the particles are drawn around the
+    likelihood, once there is a posterior): `fitting.refit_windows` fits the window alone
+    and then prior x window (parameters and start states, Levenberg-Marquardt; the
+    equation error has no start states); the particles are drawn around the
     second fit from its Laplace covariance and step in its stds (`methods.whitened`), and
     that fit (m, C) is what the next prior is built from, not the particles' moments, whose
     sampling error (16 particles) would compound window after window. On the double
@@ -43,8 +44,8 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
     Laplace window's own fit is compared with its prior; where the fits scatter more than
     their covariances say (model error: residuals correlated in time hold less
     information than white noise), the windows' noise variance is multiplied by the factor
-    s that makes that scatter typical, and every later window samples prior x window^(1/s). On the double pendulum (20 truths each) it raised
-    90 % coverage after 10 / 30 / 60 windows from 0.938 / 0.875 / 0.838 to 0.950 / 0.938 /
+    s that makes that scatter typical, and every later window samples prior x
+    window^(1/s). On the double pendulum (20 truths each) it raised 90 % coverage after 10 / 30 / 60 windows from 0.938 / 0.875 / 0.838 to 0.950 / 0.938 /
     0.875 on exact recordings and from 0.812 / 0.775 / 0.825 to 0.838 / 0.812 / 0.825 on
     MuJoCo's, where s stayed at 1-1.3: what was left there is a bias the windows share, in
     part RK4's error at the 10 ms sample period, which the integration step now removes.
@@ -696,8 +697,9 @@ def noise_scale(innovations: Sequence[Innovation]) -> float:
     min(chi-square_M, q), q the conflict test's quantile (innovation-based adaptive
     estimation; the mean, because a posterior of many windows errs by their mean error;
     clipped at q, so that no single window, however far off, outweighs the others; windows
-    that fail the conflict test, a payload picked up, are left out by `OnlineSession`); at least 1 (the noise std is
-    configured or estimated: s models what the windows' errors add), at most MAX_INFLATION.
+    that fail the conflict test, a payload picked up, are left out by `OnlineSession`); at
+    least 1 (the noise std is configured or estimated: s models what the windows' errors
+    add), at most MAX_INFLATION.
     """
     if not innovations:
         return 1.0
