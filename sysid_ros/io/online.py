@@ -45,8 +45,9 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
     their covariances say (model error: residuals correlated in time hold less
     information than white noise), the windows' noise variance is multiplied by the factor
     s that makes that scatter typical, and every later window samples prior x
-    window^(1/s). On the double pendulum (20 truths each) it raised 90 % coverage after 10 / 30 / 60 windows from 0.938 / 0.875 / 0.838 to 0.950 / 0.938 /
-    0.875 on exact recordings and from 0.812 / 0.775 / 0.825 to 0.838 / 0.812 / 0.825 on
+    window^(1/s). On the double pendulum (20 truths each) it raised 90 % coverage
+    after 10 / 30 / 60 windows from 0.938 / 0.875 / 0.838 to 0.950 / 0.938 / 0.875 on
+    exact recordings and from 0.812 / 0.775 / 0.825 to 0.838 / 0.812 / 0.825 on
     MuJoCo's, where s stayed at 1-1.3: what was left there is a bias the windows share, in
     part RK4's error at the 10 ms sample period, which the integration step now removes.
   * Prior-data conflict (`conflict_inflation`): when the window's own fit lies too far from
