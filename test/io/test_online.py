@@ -106,6 +106,9 @@ def test_tracks_a_payload_picked_up(problem, phases, run):
     # before it, with the parameters static, the data agreed with every prior.
     assert results[WINDOWS].prior_inflation > 1e3
     assert all(r.prior_inflation == 1.0 for r in results[:WINDOWS])
+    # That window is a change, not a scatter: it stays out of the noise scale, which the
+    # test read from the windows before it.
+    assert results[WINDOWS].noise_scale == results[WINDOWS - 1].noise_scale
 
 
 def test_divergence_resets_to_the_last_good_posterior(problem, phases):
