@@ -21,6 +21,7 @@ it is model error that a finer step does not remove. Measured 2026-11-28 (seeds 
 2.2 / 5.2, 2.3 / 5.1, 0.50 / 0.82, 0.13 / 0.42, 0.40 / 0.53, 20 / 46.
 
     python bench/torque_timing.py [--config config/double_pendulum_live.yaml] [--seeds 0 1]
+                                  [--quick]
 """
 
 from __future__ import annotations
@@ -106,7 +107,10 @@ def main(argv=None) -> int:
     parser.add_argument('--duration', type=float, default=20.0, help='[s]')
     parser.add_argument('--substeps', type=int, default=8)
     parser.add_argument('--noise', type=float, default=1e-3, help='[rad/s]')
+    parser.add_argument('--quick', action='store_true', help='one seed, 10 s')
     args = parser.parse_args(argv)
+    if args.quick:
+        args.seeds, args.duration = args.seeds[:1], 10.0
     jax.config.update('jax_enable_x64', True)
     problem = pipeline.build_problem(config_io.load_yaml(args.config))
     rate = problem.config.data.rate
