@@ -390,7 +390,7 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
         point = None
     else:
         # lm's windows each start at their own state: single shooting, windows from the data.
-        point = point or start_point_fit(problem, trajs, seed, log)
+        point = point if point is not None else start_point_fit(problem, trajs, seed, log)
         info['start_fit'] = _start_summary(point)
         log(f'{method}: starting from the {point.method} estimate ({info["start_fit"]})')
         if point.warnings or point.covariance is None:

@@ -271,15 +271,14 @@ def filter_samples(q, qd, tau, dt: float, num_taps: int) -> dict[str, np.ndarray
     return {name: value[::num_taps] for name, value in out.items()}
 
 
-def make_torque_data(setting: EquationErrorLikelihood, q, qd, qdd, tau, noise_std,
-                     tau_rate=None, timing_std: float = 0.0) -> TorqueData:
-    """TorqueData of K pieces (K, N, nv) each (`tau_rate` None: zeros), the noise std
-    (scalar or (nv,)) and the timing std [s].
+def make_torque_data(setting: EquationErrorLikelihood, q, qd, qdd, tau, tau_rate,
+                     noise_std, timing_std: float = 0.0) -> TorqueData:
+    """TorqueData of K pieces (K, N, nv) each (`filter_samples`' arrays), the noise std
+    (scalar or (nv,)) and the timing std [s] (0: no timing term).
 
     Raises:
       ValueError: shapes that do not fit the model, NaN/inf, noise_std <= 0, timing_std < 0.
     """
-    tau_rate = np.zeros_like(np.asarray(tau, dtype=float)) if tau_rate is None else tau_rate
     arrays = [np.asarray(a, dtype=float) for a in (q, qd, qdd, tau, tau_rate)]
     nv = setting.model.nv
     try:
