@@ -21,7 +21,9 @@ Parameters:
   wait_for_subscribers (int, 0): before playing, wait until every played topic has at least
     this many subscribers (at most `wait_timeout` wall seconds, then play with a warning), so
     that a fast replay into a starting recorder or estimator loses nothing.
-  wait_timeout (double, 30.0): longest wait for those subscribers [s].
+  wait_timeout (double, 30.0): longest wait for those subscribers [s], and after the last
+    message for its reliable subscribers' acknowledgements (the process would otherwise
+    exit before the last messages reach a subscriber that lags).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import sys
 import time
 
 import rclpy
+from rclpy.duration import Duration
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -98,6 +101,14 @@ class BagPlayer(Node):
                 return
             time.sleep(0.05)
 
+    def _wait_for_acknowledgements(self, publishers) -> None:
+        """Block until reliable subscribers have acknowledged every message (at most
+        `wait_timeout` each; best-effort publishers return at once)."""
+        for publisher in filter(None, publishers):
+            if not publisher.wait_for_all_acked(Duration(seconds=self.wait_timeout)):
+                self.get_logger().warning(f'{publisher.topic_name}: not every message was '
+                                          f'acknowledged after {self.wait_timeout:g} s')
+
     def play(self) -> int:
         """Publish the bag once; returns the number of messages published."""
         from rosbags.highlevel import AnyReader
@@ -137,6 +148,7 @@ class BagPlayer(Node):
                     clock.publish(Clock(clock=seconds_to_stamp(ns * 1e-9)))
                 publishers[conn.topic].publish(bytes(raw))
                 self.published += 1
+            self._wait_for_acknowledgements([*publishers.values(), clock])
         self.get_logger().info(f'{self.bag}: done, {self.published} messages published')
         return self.published
 

@@ -6,8 +6,11 @@ Topics (from the problem configuration's `data` section): `joint_states_topic`
 stored as received (serialised CDR, no decoding) under their receive time, as `ros2 bag
 record` does. As `ros2 bag record` does, a topic is subscribed once a publisher of it appears,
 with the QoS its publishers offer (best effort if any of them is: a reliable reader would
-receive nothing from a best-effort writer), and those offered profiles go into the bag's
-metadata (`offered_qos_profiles`), which `bag_player` replays. Ctrl-C (SIGINT) stops the
+receive nothing from a best-effort writer), and the profiles offered when its first message
+arrives go into the bag's metadata (`offered_qos_profiles`), which `bag_player` replays. A
+reliable subscription is made best effort when a best-effort publisher appears later (a
+driver that starts after a reliable one, or a reliable publisher still in the graph for a
+while after its process ended). Ctrl-C (SIGINT) stops the
 recording and closes the bag, so it is complete and readable; the bag is written into a
 temporary folder beside `out` and renamed into place when closed (`io.bags.new_bag`).
 """
@@ -18,6 +21,7 @@ from geometry_msgs.msg import PoseStamped
 import rclpy
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
+from rclpy.qos import ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
@@ -28,7 +32,7 @@ from sysid_ros.ros import qos
 __all__ = ['Recorder', 'record_topics', 'record']
 
 _QUEUE = 1000
-# How often topics without a subscription yet are looked up in the ROS graph [s].
+# How often the topics' publishers are looked up in the ROS graph [s].
 _DISCOVERY_PERIOD = 0.1
 _TYPES = {JointState: 'sensor_msgs/msg/JointState',
           Float64MultiArray: 'std_msgs/msg/Float64MultiArray',
@@ -54,29 +58,44 @@ class Recorder(Node):
 
         self._store = get_typestore(Stores.LATEST)
         self.writer = writer
+        self.topics = dict(topics)
         self.counts = dict.fromkeys(topics, 0)
-        self._waiting = dict(topics)
-        self._discovery = self.create_timer(_DISCOVERY_PERIOD, self._subscribe_published)
+        self._subscribed = {}                   # topic -> (subscription, best effort?)
+        self._bag_connections = {}              # topic -> bag connection, at its 1st message
+        self.create_timer(_DISCOVERY_PERIOD, self._subscribe_published)
         self.get_logger().info(f'recording {", ".join(topics)}')
 
-    def _subscribe_published(self) -> None:
-        """Subscribe each waiting topic that has publishers, with the QoS they offer."""
-        for topic, cls in list(self._waiting.items()):
-            publishers = self.get_publishers_info_by_topic(self.resolve_topic_name(topic))
-            if not publishers:
-                continue
-            offered = qos.to_recording(publishers)
-            conn = self.writer.add_connection(topic, _TYPES[cls], typestore=self._store,
-                                              offered_qos_profiles=offered)
-            self.create_subscription(cls, topic, self._callback(topic, conn),
-                                     qos.from_recording(offered, _QUEUE), raw=True)
-            del self._waiting[topic]
-        if not self._waiting:
-            self._discovery.cancel()
+    def _publishers_of(self, topic: str) -> list:
+        return self.get_publishers_info_by_topic(self.resolve_topic_name(topic))
 
-    def _callback(self, topic: str, conn):
+    def _subscribe_published(self) -> None:
+        """Subscribe each topic that has publishers with the QoS they offer; a reliable
+        subscription becomes best effort once any publisher is."""
+        for topic, cls in self.topics.items():
+            offered = qos.to_recording(self._publishers_of(topic))
+            if not offered:
+                continue
+            profile = qos.from_recording(offered, _QUEUE)
+            best_effort = profile.reliability == ReliabilityPolicy.BEST_EFFORT
+            if topic in self._subscribed:
+                subscription, subscribed_best_effort = self._subscribed[topic]
+                if subscribed_best_effort or not best_effort:
+                    continue
+                self.get_logger().warning(f'{topic}: a best-effort publisher appeared; '
+                                          'subscribing best effort')
+                self.destroy_subscription(subscription)
+            self._subscribed[topic] = (
+                self.create_subscription(cls, topic, self._callback(topic), profile, raw=True),
+                best_effort)
+
+    def _callback(self, topic: str):
         def on_message(raw: bytes) -> None:
-            self.writer.write(conn, self.get_clock().now().nanoseconds, raw)
+            if topic not in self._bag_connections:
+                self._bag_connections[topic] = self.writer.add_connection(
+                    topic, _TYPES[self.topics[topic]], typestore=self._store,
+                    offered_qos_profiles=qos.to_recording(self._publishers_of(topic)))
+            self.writer.write(self._bag_connections[topic], self.get_clock().now().nanoseconds,
+                              raw)
             self.counts[topic] += 1
         return on_message
 

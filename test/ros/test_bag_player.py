@@ -146,11 +146,17 @@ def test_record_what_the_player_plays(start_node, tmp_path, bag):
 
 def test_best_effort_is_recorded_and_replayed_as_best_effort(start_node, ros, tmp_path):
     """A sensor-data (best-effort) publisher is recorded, its QoS goes into the bag's
-    metadata, and the player offers that QoS again."""
+    metadata, and the player offers that QoS again. A reliable publisher is there first (as
+    one of an ended process can stay in the graph for a while): the recorder's reliable
+    subscription becomes best effort when the best-effort one appears."""
     out = tmp_path / 'best_effort'
     recording, log = _start_recording(tmp_path, out)
-    publisher = ros.node.create_publisher(JointState, '/joint_states', qos_profile_sensor_data)
+    reliable = ros.node.create_publisher(JointState, '/joint_states', 10)
+    publisher = None
     try:
+        assert ros.spin_until(lambda: reliable.get_subscription_count() >= 1, START_TIMEOUT)
+        publisher = ros.node.create_publisher(JointState, '/joint_states',
+                                              qos_profile_sensor_data)
         assert ros.spin_until(lambda: publisher.get_subscription_count() >= 1, START_TIMEOUT)
         for k in range(20):
             publisher.publish(messages.arrays_to_joint_state(10.0 + 0.01 * k, ['j1', 'j2'],
@@ -158,11 +164,15 @@ def test_best_effort_is_recorded_and_replayed_as_best_effort(start_node, ros, tm
             ros.spin_for(0.01)
         ros.spin_for(0.5)
     finally:
-        ros.node.destroy_publisher(publisher)
+        for each in (reliable, publisher):
+            if each is not None:
+                ros.node.destroy_publisher(each)
         text = _stop_recording(recording, log)
     assert f'{out}: /joint_states 20' in text
-    [offered] = _recorded_qos(out)
-    assert (offered.reliability.name, offered.durability.name) == ('BEST_EFFORT', 'VOLATILE')
+    assert 'a best-effort publisher appeared' in text
+    offered = _recorded_qos(out)
+    assert {p.reliability.name for p in offered} == {'RELIABLE', 'BEST_EFFORT'}
+    assert {p.durability.name for p in offered} == {'VOLATILE'}
 
     player = start_node('sysid_ros.ros.bag_player', '-p', f'bag:={out}', '-p', 'rate:=1.0',
                         '-p', 'start_delay:=30.0')
