@@ -109,6 +109,10 @@ FINE = 10
 SETTINGS = ('exact', 'finer', 'mujoco')
 LIVE_CONFIG = pathlib.Path(__file__).resolve().parents[1] / 'config' / 'double_pendulum_live.yaml'
 CHECKPOINTS = (10, 30, 60)    # windows after which the online posterior is checked
+# Fits after which the compiled programs are dropped: their shapes vary with each truth's
+# windows and integration step, and a run of 29 double-pendulum csvgd fits exhausted XLA's
+# code mappings (LLVM: 'Unable to allocate section memory'; vm.max_map_count 65530).
+CLEAR_CACHES_EVERY = 10
 
 
 class Draw(NamedTuple):
@@ -357,6 +361,8 @@ def run_case(problem: pipeline.Problem, record: Callable, label: str, method: st
                                                     np.random.default_rng((seed, i)))
         draws.append(Draw(truth, rank, inside, bool(result.converged),
                           time.perf_counter() - start, percentile, tuple(result.warnings)))
+        if (i + 1) % CLEAR_CACHES_EVERY == 0:
+            jax.clear_caches()
         if progress and (i + 1) % max(1, num_truths // 5) == 0:
             cov = np.mean([d.inside[1] for d in draws])
             progress(f'  {label}: {i + 1}/{num_truths} truths, cov90 so far {cov:.2f}, '
