@@ -10,9 +10,9 @@ receive nothing from a best-effort writer), and the profiles offered when its fi
 arrives go into the bag's metadata (`offered_qos_profiles`), which `bag_player` replays. A
 reliable subscription is made best effort when a best-effort publisher appears later (a
 driver that starts after a reliable one, or a reliable publisher still in the graph for a
-while after its process ended). Ctrl-C (SIGINT) stops the
-recording and closes the bag, so it is complete and readable; the bag is written into a
-temporary folder beside `out` and renamed into place when closed (`io.bags.new_bag`).
+while after its process ended). Ctrl-C (SIGINT) stops the recording and closes the bag, so
+it is complete and readable; the bag is written into a temporary folder beside `out` and
+renamed into place when closed (`io.bags.new_bag`).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Recorder(Node):
         self.writer = writer
         self.topics = dict(topics)
         self.counts = dict.fromkeys(topics, 0)
-        self._subscribed = {}                   # topic -> (subscription, best effort?)
+        self._subscribed = {}                   # topic -> its subscription
         self._bag_connections = {}              # topic -> bag connection, at its 1st message
         self.create_timer(_DISCOVERY_PERIOD, self._subscribe_published)
         self.get_logger().info(f'recording {", ".join(topics)}')
@@ -76,17 +76,16 @@ class Recorder(Node):
             if not offered:
                 continue
             profile = qos.from_recording(offered, _QUEUE)
-            best_effort = profile.reliability == ReliabilityPolicy.BEST_EFFORT
-            if topic in self._subscribed:
-                subscription, subscribed_best_effort = self._subscribed[topic]
-                if subscribed_best_effort or not best_effort:
-                    continue
+            subscription = self._subscribed.get(topic)
+            if subscription is not None:
+                if (subscription.qos_profile.reliability == ReliabilityPolicy.BEST_EFFORT
+                        or profile.reliability != ReliabilityPolicy.BEST_EFFORT):
+                    continue                    # best effort already, or no need to be
                 self.get_logger().warning(f'{topic}: a best-effort publisher appeared; '
                                           'subscribing best effort')
                 self.destroy_subscription(subscription)
-            self._subscribed[topic] = (
-                self.create_subscription(cls, topic, self._callback(topic), profile, raw=True),
-                best_effort)
+            self._subscribed[topic] = self.create_subscription(
+                cls, topic, self._callback(topic), profile, raw=True)
 
     def _callback(self, topic: str):
         def on_message(raw: bytes) -> None:
