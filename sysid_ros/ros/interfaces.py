@@ -1,0 +1,95 @@
+"""Descriptions of a node's topics, services and parameters, which the node creates them from.
+
+A node module lists what it offers as module-level data: `NODE_NAME`, `ENDPOINTS` (a tuple of
+`Endpoint`) and `PARAMETERS` (a tuple of `NodeParameter`), and creates each entity through
+`create` from its `Endpoint`, so the generated ROS interface reference reads the same values
+the node runs with.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+from rclpy.node import Node
+from rclpy.qos import QoSProfile
+from rclpy.qos_overriding_options import QoSOverridingOptions
+
+__all__ = ['PUBLISHER', 'SUBSCRIPTION', 'SERVICE', 'CLIENT', 'KINDS', 'Endpoint',
+           'NodeParameter', 'type_name', 'create']
+
+PUBLISHER = 'publisher'
+SUBSCRIPTION = 'subscription'
+SERVICE = 'service'
+CLIENT = 'client'
+KINDS = (PUBLISHER, SUBSCRIPTION, SERVICE, CLIENT)
+
+
+class Endpoint(NamedTuple):
+    """One topic or service of a node.
+
+    Attributes:
+      name: as passed to rclpy, relative to the node's namespace (`~/` is the node's own);
+        a `{placeholder}` is filled by the node from the parameter that `doc` names.
+      type: the message or service class.
+      kind: one of `KINDS`.
+      doc: what it carries (units, frames) and when the node has it.
+      qos: the profile of a topic (or a history depth); None for a service or client.
+      overrides: the QoS policies of a topic that parameters may override
+        (`qos_overrides.<topic>.<publisher|subscription>.<policy>`), or None.
+    """
+
+    name: str
+    type: type
+    kind: str
+    doc: str
+    qos: QoSProfile | int | None = None
+    overrides: QoSOverridingOptions | None = None
+
+
+class NodeParameter(NamedTuple):
+    """One of a node's own parameters: its type is the default's type.
+
+    Attributes:
+      name: the parameter name.
+      default: its value when none is given.
+      description: what it sets, with its unit.
+      minimum: the smallest value accepted, or None.
+    """
+
+    name: str
+    default: Any
+    description: str
+    minimum: float | None = None
+
+
+def type_name(msg_type: type) -> str:
+    """`package/msg/Name` (or `srv`) of a message or service class."""
+    package, kind = msg_type.__module__.split('.')[:2]
+    return f'{package}/{kind}/{msg_type.__name__}'
+
+
+def create(node: Node, endpoint: Endpoint, callback: Callable | None = None,
+           lifecycle: bool = False, **names: Any) -> Any:
+    """Create `endpoint` on `node`.
+
+    Args:
+      node: the node (a `LifecycleNode` with `lifecycle`).
+      endpoint: what to create.
+      callback: of a subscription or service.
+      lifecycle: make a publisher a lifecycle publisher (it publishes only while active).
+      **names: the values of the placeholders in `endpoint.name`.
+
+    Returns:
+      The publisher, subscription, service or client.
+    """
+    name = endpoint.name.format(**names)
+    options = ({} if endpoint.overrides is None
+               else {'qos_overriding_options': endpoint.overrides})
+    if endpoint.kind == PUBLISHER:
+        make = node.create_lifecycle_publisher if lifecycle else node.create_publisher
+        return make(endpoint.type, name, endpoint.qos, **options)
+    if endpoint.kind == SUBSCRIPTION:
+        return node.create_subscription(endpoint.type, name, callback, endpoint.qos, **options)
+    if endpoint.kind == SERVICE:
+        return node.create_service(endpoint.type, name, callback)
+    return node.create_client(endpoint.type, name)
