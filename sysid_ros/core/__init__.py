@@ -7,7 +7,8 @@
   * `dynamics/`: kinematics, RNEA/ABA/CRBA/regressor, actuators, integrators (explicit and
     variational), observation models.
   * `likelihoods/`: shooting likelihoods, DiffNEA losses, trajectory metrics.
-  * `inference/`: the estimator contract, the registry and every method.
+  * `inference/`: the estimator contract, the registry, every method (`methods`) and their
+    kernels (`kernels/`, one module per algorithm).
   * `constrained/`: holonomic constraints, adjoint gradients, planar mechanisms, ball in cup.
 
 No rclpy, no files, no global `jax.config` changes (entry points and tests enable float64).
@@ -16,7 +17,8 @@ No rclpy, no files, no global `jax.config` changes (entry points and tests enabl
 from sysid_ros.core.dynamics.integrators import rollout
 from sysid_ros.core.dynamics.kinematics import forward_kinematics
 from sysid_ros.core.dynamics.rigid_body import aba, crba, regressor, rnea
-from sysid_ros.core.inference.base import Estimator, GaussianPrior, Kernel, StepInfo
+from sysid_ros.core.inference.base import (Estimator, GaussianPrior, Kernel, KernelData,
+                                           StepInfo)
 from sysid_ros.core.inference.methods import (Options, Target, make_cem, make_csvgd,
                                               make_diffnea, make_emcee, make_nea, make_nuts,
                                               make_sgld, make_svgd)
@@ -36,8 +38,8 @@ __all__ = [
     'forward_kinematics', 'rnea', 'aba', 'crba', 'regressor', 'rollout',
     'ShootingLikelihood', 'TrajectoryData', 'make_shooting_likelihood',
     'make_trajectory_data', 'log_likelihood',
-    'Estimator', 'Kernel', 'StepInfo', 'GaussianPrior', 'Target', 'Options', 'METHODS',
-    'make_estimator', 'initial_particles', 'sobol_particles',
+    'Estimator', 'Kernel', 'KernelData', 'StepInfo', 'GaussianPrior', 'Target', 'Options',
+    'METHODS', 'make_estimator', 'initial_particles', 'sobol_particles',
     'make_csvgd', 'make_svgd', 'make_sgld', 'make_nuts', 'make_emcee', 'make_cem',
     'make_diffnea', 'make_nea',
 ]

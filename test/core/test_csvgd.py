@@ -22,11 +22,13 @@ import optax
 import pytest
 
 import csvgd_problems as dp
+from sysid_ros.core.inference import shooting
+from sysid_ros.core.inference.base import KernelData
+from sysid_ros.core.inference.kernels import csvgd
+from sysid_ros.core.inference.kernels import svgd
+from sysid_ros.core.inference.kernels.csvgd import CSVGDInfo, CSVGDState
 from sysid_ros.core.inference.particles import sobol_particles
-from sysid_ros.core.inference import csvgd
-from sysid_ros.core.inference import svgd
 from sysid_ros.core.likelihoods import likelihood as lk
-from sysid_ros.core.inference.csvgd import CSVGDInfo, CSVGDState
 
 T, W, P = 40, 4, 8
 TRUE_LENGTHS = (1.5, 2.0)
@@ -36,8 +38,8 @@ NOISE = 0.05
 POISON_BELOW = 0.52
 SETTING = lk.make_shooting_likelihood(dp.MODEL, dp.DT, W, 'sum', integrator=dp.INTEGRATOR,
                                       actuator=dp.ACTUATOR)
-ESTIMATOR = csvgd.make_csvgd(SETTING, dp.SPEC, optax.adam(5e-2),
-                             params_fn=dp.make_params_fn(POISON_BELOW), mesh=None)
+ESTIMATOR = csvgd.build_kernel(SETTING, dp.SPEC, optax.adam(5e-2),
+                               params_fn=dp.make_params_fn(POISON_BELOW), mesh=None)
 STEP = jax.jit(ESTIMATOR.step)
 THETA0 = sobol_particles(dp.SPEC, P, seed=1)
 
@@ -51,10 +53,10 @@ def _data(lengths=TRUE_LENGTHS):
 def _run(lengths=TRUE_LENGTHS, num_steps=400):
     """Run CSVGD; return the final state, every info, and the theta of every step."""
     data = _data(lengths)
-    state = ESTIMATOR.init(jax.random.key(0), THETA0, data)
+    state = ESTIMATOR.init(jax.random.key(0), THETA0, KernelData(data))
     infos, thetas = [], [np.asarray(state.theta)]
     for _ in range(num_steps):
-        state, info = STEP(state, data)
+        state, info = STEP(state, KernelData(data))
         infos.append(jax.device_get(info))
         thetas.append(np.asarray(state.theta))
     return state, infos, np.stack(thetas)
@@ -78,17 +80,17 @@ def test_sobol_particles_are_seeded_scrambled_sobol_points_in_the_bounds():
 
 def test_state_and_info_shapes():
     data = _data()
-    state = ESTIMATOR.init(jax.random.key(0), THETA0, data)
+    state = ESTIMATOR.init(jax.random.key(0), THETA0, KernelData(data))
     assert isinstance(state, CSVGDState)
     c = 1 * (W - 1) * 4
     assert state.theta.shape == (P, 2) and state.particles.shape == (P, 2 + c)
     assert state.multipliers.shape == (P, c)
     np.testing.assert_allclose(state.theta, THETA0, rtol=1e-12)
-    theta, shooting = csvgd.split_particles(dp.SPEC, SETTING, state.particles, data)
+    theta, states = shooting.split_particles(dp.SPEC, SETTING, state.particles, data)
     np.testing.assert_allclose(theta, THETA0, rtol=1e-12)
-    np.testing.assert_allclose(shooting[0], lk.initial_shooting_states(SETTING, data),
+    np.testing.assert_allclose(states[0], lk.initial_shooting_states(SETTING, data),
                                atol=1e-12)
-    state, info = STEP(state, data)
+    state, info = STEP(state, KernelData(data))
     assert isinstance(info, CSVGDInfo)
     for field in ('log_lik', 'max_defect', 'grad_norm'):
         assert getattr(info, field).shape == (P,), field
@@ -106,12 +108,12 @@ def test_defects_vanish_and_particles_reach_the_truth():
     # Every particle's shooting states now lie on its own simulation: one rollout from x0
     # with its lengths passes through all of them.
     data = _data()
-    _, shooting = csvgd.split_particles(dp.SPEC, SETTING, state.particles, data)
+    _, states = shooting.split_particles(dp.SPEC, SETTING, state.particles, data)
     h = T // W
     for k in np.argsort(np.linalg.norm(lengths - TRUE_LENGTHS, axis=1))[:2]:
         rollout = dp.simulate(*lengths[k], T)
         scale = np.asarray(data.state_scale)
-        np.testing.assert_allclose(shooting[k, 0] / scale, rollout[h::h][:W - 1] / scale,
+        np.testing.assert_allclose(states[k, 0] / scale, rollout[h::h][:W - 1] / scale,
                                    atol=2e-2)
 
 
@@ -129,8 +131,8 @@ def test_diverging_particles_are_reseeded_without_poisoning_the_others():
     data = _data()
     theta0 = THETA0.copy()
     theta0[:2, 0] = -0.51                 # l1 = 0.51 m < POISON_BELOW: NaN simulation
-    state = ESTIMATOR.init(jax.random.key(0), theta0, data)
-    new, info = STEP(state, data)
+    state = ESTIMATOR.init(jax.random.key(0), theta0, KernelData(data))
+    new, info = STEP(state, KernelData(data))
     assert int(info.num_nonfinite) == 2 and int(new.num_reseeded) == 2
     assert np.all(np.isneginf(info.log_lik[:2])) and np.all(np.isfinite(info.log_lik[2:]))
     for leaf in (new.theta, new.particles, new.multipliers):
@@ -139,7 +141,8 @@ def test_diverging_particles_are_reseeded_without_poisoning_the_others():
     assert np.all(dp.lengths_from_theta(new.theta)[:2, 0] > POISON_BELOW)
     # The others are untouched by the NaN: same log-likelihood as with healthy neighbours,
     # and Adam's first step moves each of their coordinates by the learning rate.
-    healthy, healthy_info = STEP(ESTIMATOR.init(jax.random.key(0), THETA0, data), data)
+    healthy, healthy_info = STEP(ESTIMATOR.init(jax.random.key(0), THETA0, KernelData(data)),
+                                 KernelData(data))
     np.testing.assert_allclose(info.log_lik[2:], healthy_info.log_lik[2:], rtol=1e-12)
     moved = np.abs(np.asarray(new.particles[2:] - state.particles[2:]))
     np.testing.assert_allclose(moved[:, :2], 5e-2, rtol=1e-3)
@@ -150,17 +153,17 @@ def test_bad_input_fails_before_compilation():
     with pytest.raises(ValueError, match='particles'):
         sobol_particles(dp.SPEC, 0)
     with pytest.raises(ValueError, match='at least one particle'):
-        ESTIMATOR.init(jax.random.key(0), np.zeros((0, 2)), data)
+        ESTIMATOR.init(jax.random.key(0), np.zeros((0, 2)), KernelData(data))
     with pytest.raises(ValueError, match=r'\(P, 2\)'):
-        ESTIMATOR.init(jax.random.key(0), np.zeros((4, 3)), data)
+        ESTIMATOR.init(jax.random.key(0), np.zeros((4, 3)), KernelData(data))
     with pytest.raises(ValueError, match='does not divide'):
         other = lk.make_shooting_likelihood(dp.MODEL, dp.DT, 7)
-        csvgd.make_csvgd(other, dp.SPEC, optax.adam(0.1), base_params=dp.BASE).init(
-            jax.random.key(0), THETA0, data)
+        csvgd.build_kernel(other, dp.SPEC, optax.adam(0.1), base_params=dp.BASE).init(
+            jax.random.key(0), THETA0, KernelData(data))
     with pytest.raises(ValueError, match='exactly one'):
-        csvgd.make_csvgd(SETTING, dp.SPEC, optax.adam(0.1))
+        csvgd.build_kernel(SETTING, dp.SPEC, optax.adam(0.1))
     with pytest.raises(ValueError, match='kernel'):
-        csvgd.make_csvgd(SETTING, dp.SPEC, optax.adam(0.1), base_params=dp.BASE, kernel='x')
+        csvgd.build_kernel(SETTING, dp.SPEC, optax.adam(0.1), base_params=dp.BASE, kernel='x')
 
 
 _SHARDED_SCRIPT = textwrap.dedent('''
@@ -171,20 +174,21 @@ _SHARDED_SCRIPT = textwrap.dedent('''
     sys.path.insert(0, {test_dir!r})
     import test_csvgd as t
     from test_csvgd import _gaussian, _svgd_run
-    from sysid_ros.core.inference import csvgd
-    from sysid_ros.core.inference import svgd
+    from sysid_ros.core.inference.base import KernelData
+    from sysid_ros.core.inference.kernels import csvgd
+    from sysid_ros.core.inference.kernels import svgd
     import optax
     assert jax.device_count() == 2, jax.devices()
-    estimator = csvgd.make_csvgd(t.SETTING, t.dp.SPEC, optax.adam(5e-2),
-                                 params_fn=t.dp.make_params_fn(t.POISON_BELOW), mesh='auto')
+    estimator = csvgd.build_kernel(t.SETTING, t.dp.SPEC, optax.adam(5e-2),
+                                   params_fn=t.dp.make_params_fn(t.POISON_BELOW), mesh='auto')
     step = jax.jit(estimator.step)
     data = t._data()
-    state = estimator.init(jax.random.key(0), t.THETA0, data)
+    state = estimator.init(jax.random.key(0), t.THETA0, KernelData(data))
     for _ in range(3):
-        state, info = step(state, data)
+        state, info = step(state, KernelData(data))
     assert len(state.particles.sharding.device_set) == 2, state.particles.sharding
     assert not state.particles.sharding.is_fully_replicated
-    svgd_state = _svgd_run(svgd.make_svgd(_gaussian, optax.adam(0.1), mesh='auto'))
+    svgd_state = _svgd_run(svgd.build_kernel(_gaussian, optax.adam(0.1), mesh='auto'))
     assert len(svgd_state.particles.sharding.device_set) == 2
     np.savez({out!r}, theta=state.theta, particles=state.particles,
              multipliers=state.multipliers, log_lik=info.log_lik,
@@ -198,7 +202,8 @@ def _gaussian(x, data):
 
 def _svgd_run(estimator):
     """Five SVGD steps on a Gaussian from fixed particles (sharding check)."""
-    state = estimator.init(jax.random.key(0), jax.random.normal(jax.random.key(1), (8, 3)))
+    state = estimator.init(jax.random.key(0), jax.random.normal(jax.random.key(1), (8, 3)),
+                           None)
     step = jax.jit(estimator.step)
     for _ in range(5):
         state, _ = step(state, None)
@@ -221,10 +226,10 @@ def test_two_host_devices_give_the_result_of_one(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     sharded = np.load(out)
     data = _data()
-    state = ESTIMATOR.init(jax.random.key(0), THETA0, data)
+    state = ESTIMATOR.init(jax.random.key(0), THETA0, KernelData(data))
     for _ in range(3):
-        state, info = STEP(state, data)
-    single = _svgd_run(svgd.make_svgd(_gaussian, optax.adam(0.1), mesh=None))
+        state, info = STEP(state, KernelData(data))
+    single = _svgd_run(svgd.build_kernel(_gaussian, optax.adam(0.1), mesh=None))
     for name, value in (('theta', state.theta), ('particles', state.particles),
                         ('multipliers', state.multipliers), ('log_lik', info.log_lik),
                         ('svgd', single.particles)):
@@ -237,25 +242,25 @@ def test_a_carried_start_profile_follows_the_profile_fitted_every_step():
     profile (refreshed on the first step and after PROFILE_REFRESH evaluations); its first
     step equals the kernel that fits the start in every step (`carry_start=False`) and 12
     steps later (one refresh in between) the particles still agree to a small fraction of
-    the distance they travelled. The particles start near the truth, where two Gauss-Newton steps have
-    converged (far from it the carried profile's extra linearised step fits better)."""
+    the distance they travelled. The particles start near the truth, where two Gauss-Newton
+    steps have converged (far from it the carried profile's extra linearised step fits better)."""
     setting = lk.make_shooting_likelihood(dp.MODEL, dp.DT, 1, 'sum', integrator=dp.INTEGRATOR,
                                           actuator=dp.ACTUATOR, start='profiled')
     clean = dp.simulate(*TRUE_LENGTHS, T)[None]
     states = clean + 0.01 * np.random.default_rng(3).normal(size=clean.shape)
     data = lk.make_trajectory_data(setting, states, np.zeros((1, T, 2)), 0.01)
-    kernels = [csvgd.make_csvgd(setting, dp.SPEC, optax.adam(5e-2),
-                                params_fn=dp.make_params_fn(POISON_BELOW), mesh=None,
-                                carry_start=carry) for carry in (True, False)]
+    kernels = [csvgd.build_kernel(setting, dp.SPEC, optax.adam(5e-2),
+                                  params_fn=dp.make_params_fn(POISON_BELOW), mesh=None,
+                                  carry_start=carry) for carry in (True, False)]
     offsets = np.random.default_rng(4).uniform(-0.03, 0.03, size=(P, 2))
     theta0 = np.stack([dp.theta_from_lengths(np.add(TRUE_LENGTHS, d)) for d in offsets])
     states_, infos = [], []
     for kernel in kernels:
-        state = kernel.init(jax.random.key(0), theta0, data)
+        state = kernel.init(jax.random.key(0), theta0, KernelData(data))
         step = jax.jit(kernel.step)
         first = None
         for _ in range(12):
-            state, info = step(state, data)
+            state, info = step(state, KernelData(data))
             first = info if first is None else first
         states_.append(state)
         infos.append(first)
@@ -275,5 +280,5 @@ def test_a_carried_start_profile_follows_the_profile_fitted_every_step():
     noisy = clean + 0.01 * np.random.default_rng(5).normal(size=clean.shape)
     two = lk.make_trajectory_data(setting, np.concatenate([states, noisy]),
                                   np.zeros((2, T, 2)), 0.01)
-    moved, _ = jax.eval_shape(kernels[0].step, carried, two)
+    moved, _ = jax.eval_shape(kernels[0].step, carried, KernelData(two))
     assert moved.profile.starts.shape == (P, 2, 4)

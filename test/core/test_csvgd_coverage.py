@@ -22,7 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import csvgd_problems as dp
-from sysid_ros.core.inference import csvgd, intervals, methods, registry
+from sysid_ros.core.inference import intervals, optimisers, registry
+from sysid_ros.core.inference.base import KernelData
+from sysid_ros.core.inference.kernels import csvgd
 from sysid_ros.core.likelihoods import likelihood as lk
 from sysid_ros.io import config as config_io
 
@@ -62,9 +64,9 @@ def test_csvgd_intervals_hold_random_truths_at_the_nominal_rate():
     lengths = rng.uniform(1.0, 2.5, size=(TRUTHS, 2))
     truth = dp.theta_from_lengths(lengths)
     states = _recordings(rng, lengths)
-    kernel = csvgd.make_csvgd(SETTING, dp.SPEC, methods.annealed_adam(methods.Options(
-        learning_rate=SHIPPED.learning_rate, iterations=ITERATIONS)),
-                              params_fn=PARAMS_FN, mesh=None)
+    kernel = csvgd.build_kernel(
+        SETTING, dp.SPEC, optimisers.annealed_adam(SHIPPED.learning_rate, ITERATIONS),
+        params_fn=PARAMS_FN, mesh=None)
     # Starts not at the truth: particles 1 % of each length around a point 0.5 % off it,
     # 8x wider than the posterior in l1 and 0.6x in l2 (one must contract, one spread).
     starts, data = [], []
@@ -72,18 +74,18 @@ def test_csvgd_intervals_hold_random_truths_at_the_nominal_rate():
         centre = lengths[r] * (1.0 + 0.005 * rng.normal(size=2))
         theta0 = dp.theta_from_lengths(centre * (1.0 + 0.01 * rng.normal(size=(PARTICLES, 2))))
         one = lk.make_trajectory_data(SETTING, states[r][None], np.zeros((1, T, 2)), NOISE)
-        starts.append(kernel.init(jax.random.key(r), theta0, one))
+        starts.append(kernel.init(jax.random.key(r), theta0, KernelData(one)))
         data.append(one)
     stacked = lambda trees: jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *trees)
     state, data = stacked(starts), stacked(data)
     step = jax.jit(jax.vmap(kernel.step))
     spreads = []
     for i in range(ITERATIONS):
-        state, info = step(state, data)
+        state, info = step(state, KernelData(data))
         if i + 1 in (3 * ITERATIONS // 4, ITERATIONS):
             spreads.append(np.asarray(state.theta).std(axis=1))
     assert np.all(np.asarray(info.num_nonfinite) == 0)
-    # Converged as `fitting.diagnose` asks: the spread no longer changes (here < 10 %;
+    # Converged as `diagnosis.diagnose` asks: the spread no longer changes (here < 10 %;
     # measured: 6 % at most between steps 150 and 200).
     np.testing.assert_array_less(np.abs(np.log(spreads[1] / spreads[0])), np.log(1.1))
 

@@ -9,8 +9,8 @@ Set-up as in the seed where it says so: uncontrolled double pendulum from rest, 
 sideways (90 deg), second along it; dt = 0.01 s; semi-implicit Euler; states [q; qd] observed;
 particles from a scrambled Sobol sequence. The seed's figure uses 3 s (300 steps); the slow
 test uses 300 steps in 10 windows with 32 particles (1000 iterations), the default test 1 s
-(100 steps) in 5 windows with 16 particles (300 iterations). The seed does not say which lengths made the two trajectories;
-here (1.5, 2.0) m (seed fig. 7's truth) and (3.0, 1.0) m. Observation noise for the
+(100 steps) in 5 windows with 16 particles (300 iterations). The seed does not say which
+lengths made the two trajectories; here (1.5, 2.0) m (seed fig. 7's truth) and (3.0, 1.0) m. Observation noise for the
 likelihood: 0.05 per state dimension (the data itself is noise-free).
 
 The pendulum links are 1 kg spheres at the link ends (TDS's compound pendulum), see
@@ -25,8 +25,9 @@ import optax
 import pytest
 
 import csvgd_problems as dp
+from sysid_ros.core.inference.base import KernelData
+from sysid_ros.core.inference.kernels import csvgd
 from sysid_ros.core.inference.particles import sobol_particles
-from sysid_ros.core.inference import csvgd
 from sysid_ros.core.likelihoods import likelihood as lk
 
 TRUTHS = np.array([[1.5, 2.0], [3.0, 1.0]])
@@ -48,20 +49,21 @@ def run_experiment(combine: str, num_steps: int, num_windows: int, num_particles
     learning_rate = optax.join_schedules(
         [optax.constant_schedule(5e-2), optax.linear_schedule(5e-2, 5e-3, settle)],
         [num_iterations - settle])
-    estimator = csvgd.make_csvgd(setting, dp.SPEC, optax.adam(learning_rate),
-                                 params_fn=dp.make_params_fn())
+    estimator = csvgd.build_kernel(setting, dp.SPEC, optax.adam(learning_rate),
+                                   params_fn=dp.make_params_fn())
     step = jax.jit(estimator.step)
     lengths, defects, reseeded, first, per_iteration = [], [], 0, None, []
     for seed in seeds:
         state = estimator.init(jax.random.key(seed),
-                               sobol_particles(dp.SPEC, num_particles, seed=seed), data)
+                               sobol_particles(dp.SPEC, num_particles, seed=seed),
+                               KernelData(data))
         start = time.perf_counter()
-        state, info = step(state, data)
+        state, info = step(state, KernelData(data))
         jax.block_until_ready(state)
         first = time.perf_counter() - start if first is None else first
         start = time.perf_counter()
         for _ in range(num_iterations - 1):
-            state, info = step(state, data)
+            state, info = step(state, KernelData(data))
         jax.block_until_ready(state)
         per_iteration.append((time.perf_counter() - start) / max(num_iterations - 1, 1))
         lengths.append(dp.lengths_from_theta(state.theta))

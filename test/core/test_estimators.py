@@ -24,13 +24,15 @@ import pytest
 from sysid_ros.core.dynamics import actuators
 from sysid_ros.core.model import builders
 from sysid_ros.core.dynamics import rigid_body
-from sysid_ros.core.inference import point_estimators
+from sysid_ros.core.inference import consistency
+from sysid_ros.core.inference.kernels import diffnea, nea
 from sysid_ros.core.dynamics import integrators
 from sysid_ros.core.likelihoods import losses
 from sysid_ros.core.model import parameters
 from sysid_ros.core.inference.base import Kernel
 from sysid_ros.core.inference.particles import initial_particles
-from sysid_ros.core.inference.point_estimators import DiffNEAInfo, EstimatorState, NEAInfo
+from sysid_ros.core.inference.kernels.diffnea import DiffNEAInfo, DiffNEAState
+from sysid_ros.core.inference.kernels.nea import NEAInfo
 
 DT = 0.005                  # 200 Hz
 DURATION = 8.0              # [s]
@@ -56,7 +58,7 @@ IDENTIFIABLE = {'link1.mass': 0.02, 'link2.mass': 0.02, 'link1.inertia.iyy': 0.0
 COM_TOLERANCE = 2e-3        # [m]
 
 _rollout = jax.jit(integrators.rollout, static_argnames=('integrator', 'actuator', 'substeps'))
-_regressor_data = jax.jit(point_estimators.make_regressor_data, static_argnums=0)
+_regressor_data = jax.jit(nea.make_regressor_data, static_argnums=0)
 
 
 def _truth():
@@ -150,9 +152,9 @@ def diffnea_run(measured):
     segments = losses.make_segments([q], [qd], [tau], HORIZON)
     loss_fn = losses.make_loss_fn(MODEL, 'rollout', DT, integrator=INTEGRATOR)
     optimizer = optax.adam(optax.cosine_decay_schedule(0.05, ITERATIONS, alpha=0.01))
-    est = point_estimators.make_diffnea(NOMINAL, SPEC, loss_fn, optimizer)
+    est = diffnea.build_kernel(NOMINAL, SPEC, loss_fn, optimizer)
     step = jax.jit(est.step)
-    state = est.init(jax.random.PRNGKey(0), jnp.asarray(THETA_GUESS))
+    state = est.init(jax.random.PRNGKey(0), jnp.asarray(THETA_GUESS), segments)
     states, infos = [state], []
     for _ in range(ITERATIONS):
         state, info = step(state, segments)
@@ -178,7 +180,7 @@ def test_diffnea_recovers_double_pendulum(diffnea_run):
 def test_diffnea_state_and_info_types(diffnea_run):
     est, _, _, states, infos = diffnea_run
     assert isinstance(est, Kernel)
-    assert isinstance(states[0], EstimatorState)
+    assert isinstance(states[0], DiffNEAState)
     assert isinstance(infos[0], DiffNEAInfo)
     assert infos[0].loss.shape == (1,) and infos[0].grad_norm.shape == (1,)
     # The non-inertia entries stay within their bounds on every iterate.
@@ -212,22 +214,22 @@ def test_diffnea_particles_forward_mode_and_init_forms():
     loss_fn = losses.make_loss_fn(model, 'one_step', 0.01, integrator=INTEGRATOR)
     grads = {}
     for mode in ('reverse', 'forward'):
-        est = point_estimators.make_diffnea(params, spec, loss_fn, optax.sgd(0.0),
-                                            grad_mode=mode)
-        state = jax.jit(est.init)(None, initial_particles(spec, params, 4, seed=1))
+        est = diffnea.build_kernel(params, spec, loss_fn, optax.sgd(0.0),
+                                   grad_mode=mode)
+        state = jax.jit(est.init)(None, initial_particles(spec, params, 4, seed=1), seg)
         assert state.theta.shape == (4, 2)
         np.testing.assert_allclose(state.theta[0], spec.from_params(params), rtol=1e-12)
         assert np.all(np.asarray(spec.within_bounds(state.theta)))
         _, info = jax.jit(est.step)(state, seg)
         grads[mode] = np.asarray(info.grad_norm)
     np.testing.assert_allclose(grads['forward'], grads['reverse'], rtol=1e-8)
-    est = point_estimators.make_diffnea(params, spec, loss_fn, optax.sgd(0.1))
+    est = diffnea.build_kernel(params, spec, loss_fn, optax.sgd(0.1))
     init = jax.jit(est.init)
-    assert init(None, jnp.ones((3, 2)) * 0.5).theta.shape == (3, 2)
-    np.testing.assert_allclose(init(None, spec.from_params(params)).theta[0],
+    assert init(None, jnp.ones((3, 2)) * 0.5, seg).theta.shape == (3, 2)
+    np.testing.assert_allclose(init(None, spec.from_params(params), seg).theta[0],
                                spec.from_params(params))
     with pytest.raises(ValueError, match='grad_mode'):
-        point_estimators.make_diffnea(params, spec, loss_fn, optax.sgd(0.1), grad_mode='x')
+        diffnea.build_kernel(params, spec, loss_fn, optax.sgd(0.1), grad_mode='x')
 
 
 # ------------------------------------------------------------------------------------------
@@ -247,12 +249,12 @@ def _regression_samples(q, qd, tau, dt, edge=5):
 
 
 def _nea_fit(model, base, spec, q, qd, qdd, tau, theta0, steps=10, actuator='viscous'):
-    est = point_estimators.make_nea(model, base, spec, actuator)
+    est = nea.build_kernel(model, base, spec, actuator)
     data = _regressor_data(model, base, q, qd, qdd, tau)
     step = jax.jit(est.step)
     if theta0 is None:
         theta0 = spec.initial_theta(base)
-    state = jax.jit(est.init)(None, jnp.asarray(theta0))
+    state = jax.jit(est.init)(None, jnp.asarray(theta0), data)
     infos = []
     for _ in range(steps):
         state, info = step(state, data)
@@ -302,8 +304,8 @@ def test_nea_recovers_joint_offsets():
     estimate = np.asarray(state.theta[0])
     assert int(infos[-1].rank[0]) == spec.num_params and bool(infos[-1].raw_consistent[0])
     np.testing.assert_allclose(estimate, theta_true, rtol=0.01, atol=2e-3)
-    refine = jax.jit(point_estimators.make_consistent_ls(MODEL, NOMINAL, spec,
-                                                         'coulomb_viscous'))
+    refine = jax.jit(nea.make_consistent_ls(MODEL, NOMINAL, spec,
+                                            'coulomb_viscous'))
     data = _regressor_data(MODEL, NOMINAL, q, qd, qdd, tau)
     refined, _ = refine(spec.initial_theta(NOMINAL)[None], data)
     np.testing.assert_allclose(refined[0], estimate, atol=1e-6)
@@ -335,7 +337,7 @@ def test_project_consistent_handles_bounds_blocks_and_anchor():
     raw[SPEC.index('link1.mass')] = 9.0                            # above its bound
     raw[SPEC.index('link2.inertia.iyy')] = 0.2                     # breaks the triangle
     raw[SPEC.index('joint1.damping')] = -0.3                       # below its bound
-    project = jax.jit(lambda t, a: point_estimators.project_consistent(SPEC, NOMINAL, t, a))
+    project = jax.jit(lambda t, a: consistency.project_consistent(SPEC, NOMINAL, t, a))
     out = np.asarray(project(jnp.asarray(raw), jnp.asarray(THETA_TRUE)))
     assert out[SPEC.index('link1.mass')] == 5.0
     assert out[SPEC.index('joint1.damping')] == 0.0
@@ -373,16 +375,16 @@ def test_consistent_ls_fixes_an_inconsistent_nea_solution():
     assert not bool(infos[-1].raw_consistent[0])
 
     data = _regressor_data(MODEL, NOMINAL, q, qd, qdd, tau)
-    residual = point_estimators._theta_residual(MODEL, NOMINAL, spec, 'viscous')
+    residual = nea._theta_residual(MODEL, NOMINAL, spec, 'viscous')
 
     def loss(theta):
         return float(jnp.mean(jnp.square(residual(jnp.asarray(theta), data))))
 
-    refine = jax.jit(point_estimators.make_consistent_ls(MODEL, NOMINAL, spec))
+    refine = jax.jit(nea.make_consistent_ls(MODEL, NOMINAL, spec))
     torques = jax.jit(jax.vmap(lambda p, a, b, c: rigid_body.rnea(MODEL, p, a, b, c)
                                + p.damping * b, in_axes=(None, 0, 0, 0)))
     held_out = [jnp.asarray(rng.normal(size=(100, 2))) for _ in range(3)]
-    refined, refined_loss = refine(jnp.concatenate([state.theta, state.aux]), data)
+    refined, refined_loss = refine(jnp.concatenate([state.theta, state.anchor]), data)
     for theta, value in zip(np.asarray(refined), np.asarray(refined_loss)):
         assert bool(spec.is_consistent(jnp.asarray(theta), NOMINAL))
         assert bool(spec.within_bounds(jnp.asarray(theta)))
@@ -403,9 +405,9 @@ def test_consistent_ls_fixes_an_inconsistent_nea_solution():
 def test_nea_rejects_kinematics_and_non_additive_actuators():
     spec = parameters.make_parameter_spec(MODEL, {'joint2.origin.z': (-2.0, 0.0)})
     with pytest.raises(ValueError, match='joint2.origin.z'):
-        point_estimators.make_nea(MODEL, NOMINAL, spec)
+        nea.build_kernel(MODEL, NOMINAL, spec)
     with pytest.raises(ValueError, match='not additive'):
-        point_estimators.make_nea(MODEL, NOMINAL, SPEC, actuator='ff_nn')
+        nea.build_kernel(MODEL, NOMINAL, SPEC, actuator='ff_nn')
 
 
 PANDA_JOINTS = tuple(f'panda_joint{i}' for i in range(1, 8))
@@ -464,5 +466,6 @@ def test_nea_recovers_panda_masses_and_damping(panda):
 
 
 def test_all_names_importable():
-    for name in point_estimators.__all__:
-        assert hasattr(point_estimators, name)
+    for module in (diffnea, nea, consistency):
+        for name in module.__all__:
+            assert hasattr(module, name), name

@@ -1,12 +1,13 @@
-"""Box-bounded Levenberg-Marquardt with free block starts (`inference.levenberg_marquardt`)
-on problems whose answers are known in closed form."""
+"""Box-bounded Levenberg-Marquardt with free block starts (`inference.kernels.lm`) on
+problems whose answers are known in closed form."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sysid_ros.core.inference import levenberg_marquardt as lm
+from sysid_ros.core.inference.base import KernelData
+from sysid_ros.core.inference.kernels import lm
 
 K, N, M, S = 6, 5, 3, 2
 
@@ -29,7 +30,7 @@ def _linear_problem(seed=0):
 
 
 def _run(kernel, state, steps=30):
-    step = jax.jit(lambda s: kernel.step(s, None))
+    step = jax.jit(lambda s: kernel.step(s, KernelData(None)))
     for _ in range(steps):
         state, _ = step(state)
     return state
@@ -37,13 +38,14 @@ def _run(kernel, state, steps=30):
 
 def test_unbounded_solution_is_the_joint_least_squares_solution():
     blocks, full, y = _linear_problem()
-    kernel = lm.make_levenberg_marquardt(blocks, -np.inf * np.ones(M), np.inf * np.ones(M))
-    state = _run(kernel, kernel.init(jnp.zeros(M), jnp.zeros((K, S)), None))
+    kernel = lm.build_kernel(blocks, -np.inf * np.ones(M), np.inf * np.ones(M))
+    state = _run(kernel, kernel.init(None, (jnp.zeros(M), jnp.zeros((K, S))), KernelData(None)))
     solution = np.linalg.lstsq(full, y, rcond=None)[0]
     np.testing.assert_allclose(state.theta, solution[:M], atol=1e-9)
     np.testing.assert_allclose(state.starts.reshape(-1), solution[M:], atol=1e-9)
     assert bool(state.converged)
-    ran = jax.jit(lambda: lm.run(kernel, jnp.zeros(M), jnp.zeros((K, S)), None, 30))()
+    ran = jax.jit(lambda: lm.run(kernel, (jnp.zeros(M), jnp.zeros((K, S))), KernelData(None),
+                                30))()
     assert bool(ran.converged)                                   # stopped there, in one loop
     np.testing.assert_allclose(ran.theta, solution[:M], atol=1e-9)
 
@@ -55,8 +57,9 @@ def test_bounds_hold_and_match_scipy_bounded_least_squares():
     lower = np.full(M, -np.inf)
     upper = np.full(M, np.inf)
     upper[0] = solution[0] - 0.5                     # the free optimum is outside: active
-    kernel = lm.make_levenberg_marquardt(blocks, lower, upper)
-    state = _run(kernel, kernel.init(jnp.zeros(M), jnp.zeros((K, S)), None), 60)
+    kernel = lm.build_kernel(blocks, lower, upper)
+    start = kernel.init(None, (jnp.zeros(M), jnp.zeros((K, S))), KernelData(None))
+    state = _run(kernel, start, 60)
     reference = lsq_linear(full, y, bounds=(np.concatenate([lower, np.full(K * S, -np.inf)]),
                                             np.concatenate([upper, np.full(K * S, np.inf)])),
                            tol=1e-12).x
@@ -101,9 +104,9 @@ def test_prior_pulls_towards_its_mean():
     blocks, full, y = _linear_problem(3)
     mean = jnp.asarray([5.0, 5.0, 5.0])
     big = (mean, 1e8 * jnp.eye(M))
-    kernel = lm.make_levenberg_marquardt(blocks, np.full(M, -np.inf), np.full(M, np.inf))
-    state = kernel.init(jnp.zeros(M), jnp.zeros((K, S)), None, big)
-    step = jax.jit(lambda s: kernel.step(s, None, big))
+    kernel = lm.build_kernel(blocks, np.full(M, -np.inf), np.full(M, np.inf))
+    state = kernel.init(None, (jnp.zeros(M), jnp.zeros((K, S))), KernelData(None, big))
+    step = jax.jit(lambda s: kernel.step(s, KernelData(None, big)))
     for _ in range(30):
         state, _ = step(state)
     np.testing.assert_allclose(state.theta, mean, atol=1e-4)
@@ -129,7 +132,8 @@ def test_nonlinear_fit_converges_from_far(start):
         return jnp.exp(theta[0] * t)[None] + starts[:, :1] - (jnp.exp(truth * t)[None]
                                                               + jnp.arange(K)[:, None] * 0.1)
 
-    kernel = lm.make_levenberg_marquardt(blocks, np.array([-5.0]), np.array([5.0]))
-    state = _run(kernel, kernel.init(jnp.asarray([start]), jnp.zeros((K, 1)), None), 100)
+    kernel = lm.build_kernel(blocks, np.array([-5.0]), np.array([5.0]))
+    first = kernel.init(None, (jnp.asarray([start]), jnp.zeros((K, 1))), KernelData(None))
+    state = _run(kernel, first, 100)
     np.testing.assert_allclose(state.theta, [truth], atol=1e-8)
     np.testing.assert_allclose(state.starts[:, 0], 0.1 * np.arange(K), atol=1e-8)

@@ -13,8 +13,8 @@ never ask which method produced it. `prior` is a `GaussianPrior` passed as data 
 do not recompile a jitted step) or None (the uniform prior within the bounds).
 
 The methods' own algorithms over their own coordinates (SVGD over flat positions, blackjax's
-NUTS kernel, Adam over DiffNEA's virtual parameters, ...) are `Kernel`s: `init(key, x)` and
-`step(state, data) -> (state, method info)`; `inference.methods` wraps each into an
+NUTS kernel, Adam over DiffNEA's virtual parameters, ...) are `Kernel`s, one per module of
+`inference.kernels`, all with one signature (`Kernel`); `inference.methods` wraps each into an
 `Estimator`, and `inference.registry` maps `estimator.method` to those factories.
 """
 
@@ -24,7 +24,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 
-__all__ = ['Estimator', 'Kernel', 'StepInfo', 'GaussianPrior']
+__all__ = ['Estimator', 'Kernel', 'KernelData', 'StepInfo', 'GaussianPrior']
 
 
 class Estimator(NamedTuple):
@@ -53,11 +53,35 @@ class Estimator(NamedTuple):
 
 
 class Kernel(NamedTuple):
-    """A method's algorithm over its own coordinates: `init(key, x) -> state`,
-    `step(state, data) -> (state, info)`; `inference.methods` turns it into an `Estimator`."""
+    """A method's algorithm over its own coordinates, as blackjax's kernels; every
+    `kernels.<method>.build_kernel` returns one, and `inference.methods` turns it into an
+    `Estimator`.
+
+    Attributes:
+      init: `init(key, position, data) -> state`: `position` is the start in the kernel's
+        coordinates (particles (P, D) for the particle methods, theta (P, M) for DiffNEA and
+        NEA, one (theta (M,), starts (K, S)) pair for LM, vmapped over restarts); a kernel
+        that needs no key or data at the start ignores them.
+      step: `step(state, data) -> (state, info)`, the kernel's own State and Info
+        NamedTuples. `data` is one pytree, the same type as `init`'s: the likelihood's data,
+        or a `KernelData` (that data and a prior) where the kernel's density includes a
+        prior (CSVGD, LM; the samplers pass theirs to their `log_prob_fn` untouched).
+    """
 
     init: Callable
     step: Callable
+
+
+class KernelData(NamedTuple):
+    """A kernel's data when its density includes a prior (`Kernel`).
+
+    Attributes:
+      data: the likelihood's data (e.g. a `likelihood.TrajectoryData`).
+      prior: a `GaussianPrior`, or None (the uniform prior within the bounds).
+    """
+
+    data: Any
+    prior: Any = None
 
 
 class StepInfo(NamedTuple):

@@ -1,11 +1,8 @@
 """Central intervals of a posterior given as P particles, that hold a draw from the posterior
 with the nominal probability although P is small.
 
-The truth of a calibrated posterior is one more draw from it. The percentiles of P draws
-hold one more draw less often than their level says: with P = 16 the 5th-95th percentiles
-(linear interpolation) hold it 81 % of the time, the 2.5th-97.5th 85 % (32 particles: 85 %
-and 90 %); this, not the posterior, was most of the live session's and CSVGD's shortfall in
-`bench/calibration.py`. So:
+The truth of a calibrated posterior is one more draw from it, and the percentiles of P draws
+hold one more draw less often than their level says (`docs/design/inference.md`). So:
 
   * enough particles, (P + 1)(1 - level) / 2 >= 1 (P >= 19 at 90 %, 39 at 95 %): the order
     statistics at ranks (P + 1)(1 -+ level) / 2 (NumPy's `weibull` quantiles, interpolated).
@@ -19,15 +16,7 @@ repel each other, a quadrature of the posterior rather than a sample (`kind='qua
 What such a quadrature matches is the posterior's mean and spread, not its tails: the few
 outermost points sit inside the posterior's 2.5 % tails (16 points would need 0.4 of a point
 beyond each end), so their own percentiles fall short. The interval is mean +- z s, z the
-normal quantile and s the points' std (ddof 1). Measured on `test_csvgd_coverage.py`'s case
-(CSVGD, the seed's double pendulum with two link lengths, 100 random truths): with 32
-particles (truths of seed 0) the percentiles held the truth in 0.45 / 0.85 / 0.87 of the 50 /
-90 / 95 % intervals, mean +- z s in 0.435 / 0.865 / 0.93, and the frequentist reference on
-those recordings (least squares +- z std of its Jacobian) in 0.435 / 0.87 / 0.94; with 16
-particles (the test's truths) the percentiles 0.44 / 0.80 / 0.835, mean +- z s 0.415 / 0.86 /
-0.925. Those numbers are from SVGD's RBF kernel alone; with its present kernel (`svgd`:
-normalised, plus a linear part that matches the spread) the test's 16 particles give mean +-
-z s 0.44 / 0.865 / 0.935 and percentiles 0.45 / 0.91 / 0.975.
+normal quantile and s the points' std (ddof 1).
 
 Runs on the host (NumPy and scipy).
 """

@@ -1,10 +1,11 @@
-"""Every identification method as an `Estimator` of the contract (`inference.base`).
+"""Every identification method as an `Estimator` of the contract (`inference.base`), around
+its kernel (`inference.kernels`).
 
 A factory per method, all with the signature `make_<method>(target, options) -> Estimator`:
 
   * output error over the shooting likelihood (`likelihoods.likelihood`), particles
-    x = [z, s_hat] (CSVGD's flat particle: the spec's unconstrained coordinates and the
-    normalised shooting states): `make_csvgd` (seed 000), `make_svgd`, `make_sgld`,
+    x = [z, s_hat] (CSVGD's flat particle, `shooting`: the spec's unconstrained coordinates
+    and the normalised shooting states): `make_csvgd` (seed 000), `make_svgd`, `make_sgld`,
     `make_nuts`, `make_emcee`, `make_cem` (the seed's baselines). Their step's data is a
     `TrajectoryData`; their loss is the mean squared noise-normalised residual of each
     particle (`likelihood.residual_loss`). For the baselines the defects of multiple shooting
@@ -13,22 +14,15 @@ A factory per method, all with the signature `make_<method>(target, options) -> 
     `Target.likelihood` an `EquationErrorLikelihood`, data a `TorqueData`) unchanged: it
     has no shooting states, no start states and no defects, and the generic functions of
     `likelihoods.likelihood` that these methods call dispatch to it.
-  * CSVGD and SVGD step with Adam whose step size stays at `options.learning_rate` for the
-    first half of `options.iterations` and then decays by a cosine to STEP_DECAY times it
-    (`annealed_adam`). A constant step never settles: Adam's steps stay near the learning
-    rate however small the SVGD direction gets, and 1e-2 in z is many posterior stds once a
-    recording is informative. Measured on 4 random pendulum truths (32 particles, 200 and 800
-    steps): with a constant step the particles' std was 0.9-4.9 times the Laplace std of the
-    same windows and their mean up to 0.5 of it off the mode; annealed, 1.00 and 0.00.
-    With `Options.whiten` CSVGD's Adam runs in the starting particles' whitened coordinates
-    (`whitened`), for the live session's 30-step windows that start at a Laplace draw: in z
-    its steps of 0.1 scatter them far beyond a narrow posterior (`test_svgd`: stds 22-1163
-    of it after 30 steps, against 0.92-1.01 whitened).
+  * CSVGD and SVGD step with `optimisers.annealed_adam` over `options.iterations`; with
+    `Options.whiten` CSVGD's Adam runs in the starting particles' whitened coordinates
+    (`optimisers.whitened`), for the live session's short windows that start at a Laplace
+    draw (steps in z would scatter them far beyond a narrow posterior).
   * DiffNEA (`make_diffnea`): Adam with a cosine-decaying step size over the spec's virtual
     parameters on a rollout or one-step loss (`likelihoods.losses`); data: `Segments`.
-  * Levenberg-Marquardt (`make_lm`, `inference.levenberg_marquardt`): box-bounded
+  * Levenberg-Marquardt (`make_lm`, `kernels.lm`): box-bounded
     Gauss-Newton over the noise-normalised residuals of single-shooting windows that start
-    at measured states (`likelihood.window_residuals`), exact forward-mode Jacobians; data:
+    at measured states (`shooting_windows.window_residuals`), exact forward-mode Jacobians; data:
     a `TrajectoryData` with W = 1. The default point method.
   * NEA (`make_nea`): Gauss-Newton least squares on the joint-torque regressor, then, if its
     raw solution was not physically consistent, consistent least squares (Levenberg-Marquardt
@@ -43,9 +37,8 @@ spread from the particles, get `ENSEMBLE_JITTER` normalised noise on the shootin
 
 `rebase` (the next live window) carries over, per method: CSVGD and SVGD the particles (the
 shooting states restart on the new measurements, CSVGD's multipliers at zero: they price the
-old window's defects; Adam's moments restart too: carried over, they left a payload mass
-picked up mid-run 0.21 kg off its new value after the test's windows, against < 0.15 kg
-restarted, `test/io/test_online.py`); SGLD its step size; NUTS its adapted step size and mass
+old window's defects; Adam's moments restart too, so that a payload picked up mid-run is
+followed); SGLD its step size; NUTS its adapted step size and mass
 matrix; Emcee its random generator; CEM starts a new mixture at the particles; DiffNEA its
 Adam state; NEA and LM start again from the particles (LM's damping restarts).
 
@@ -63,11 +56,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from sysid_ros.core.inference import csvgd as csvgd_kernel
-from sysid_ros.core.inference import levenberg_marquardt as lm_kernel
-from sysid_ros.core.inference import point_estimators, samplers, svgd
-from sysid_ros.core.inference.base import Estimator, StepInfo
+from sysid_ros.core.inference import consistency, shooting
+from sysid_ros.core.inference.base import Estimator, KernelData, StepInfo
+from sysid_ros.core.inference.kernels import cem, csvgd, diffnea, emcee, lm, nea, nuts, sgld, svgd
+from sysid_ros.core.inference.optimisers import annealed_adam, whitened
 from sysid_ros.core.likelihoods import likelihood as lik
+from sysid_ros.core.likelihoods import shooting_windows
 from sysid_ros.core.model.parameters import ParameterSpec
 from sysid_ros.core.model.types import Params, RobotModel
 
@@ -75,12 +69,7 @@ __all__ = [
     'DEFECT_STD',
     'Target',
     'Options',
-    'DECAY_SHARE',
-    'STEP_DECAY',
-    'annealed_adam',
-    'whitened',
-    'start_factor',
-    'WhitenedState',
+    'cem_sizes',
     'make_csvgd',
     'make_svgd',
     'make_sgld',
@@ -110,14 +99,6 @@ NEA_MAX_ITERATIONS = 20
 NEA_TOLERANCE = 1e-9
 NEA_REFINE_ITERATIONS = 100
 NEA_REFINE_MARGIN = 0.01
-# CSVGD and SVGD (`annealed_adam`): the share of the iterations over which Adam's step
-# decays, and its last step size as a share of the first.
-DECAY_SHARE = 0.5
-STEP_DECAY = 1e-3
-# The relative variance below which a direction of the start counts as unspread
-# (`start_factor`).
-DEGENERATE_SPREAD = 1e-10
-
 
 class Target(NamedTuple):
     """What is identified, and the model the data are compared with.
@@ -171,13 +152,13 @@ def _evaluate_fn(target: Target) -> Callable:
     """`evaluate(x (P, D), data) -> (loss (P,), max_defect (P,))` of flat particles."""
     setting, spec = target.likelihood, target.spec
 
-    def one(theta, shooting, data):
-        terms = lik.log_likelihood(setting, target.params(theta), shooting, data)
+    def one(theta, states, data):
+        terms = lik.log_likelihood(setting, target.params(theta), states, data)
         return terms.log_lik, jnp.max(jnp.abs(terms.defects), initial=0.0)
 
     def evaluate(x, data):
-        theta, shooting = csvgd_kernel.split_particles(spec, setting, x, data)
-        log_lik, max_defect = jax.vmap(one, in_axes=(0, 0, None))(theta, shooting, data)
+        theta, states = shooting.split_particles(spec, setting, x, data)
+        log_lik, max_defect = jax.vmap(one, in_axes=(0, 0, None))(theta, states, data)
         finite = jnp.isfinite(log_lik) & jnp.isfinite(max_defect)
         loss = lik.residual_loss(setting, data, log_lik)
         return jnp.where(finite, loss, jnp.inf), jnp.where(finite, max_defect, jnp.inf)
@@ -186,9 +167,9 @@ def _evaluate_fn(target: Target) -> Callable:
 
 
 def _log_prob_fn(target: Target) -> Callable:
-    """`log_prob(x, (data, prior)) -> ()`: the baselines' density times the prior."""
+    """`log_prob(x, KernelData) -> ()`: the baselines' density times the prior."""
     spec = target.spec
-    base = samplers.make_shooting_log_prob(target.likelihood, spec, params_fn=target.params,
+    base = shooting.make_shooting_log_prob(target.likelihood, spec, params_fn=target.params,
                                            defect_std=DEFECT_STD)
 
     def log_prob(x, data_and_prior):
@@ -208,7 +189,7 @@ def _check_target(target: Target, method: str) -> None:
 
 def _positions(target: Target, theta, data) -> jax.Array:
     """(P, D) flat particles at theta (P, M), the shooting states on the measurements."""
-    return samplers.shooting_positions(target.likelihood, target.spec, theta, data)
+    return shooting.shooting_positions(target.likelihood, target.spec, theta, data)
 
 
 def _sampler_estimator(target: Target, kernel_step: Callable, start: Callable,
@@ -217,7 +198,7 @@ def _sampler_estimator(target: Target, kernel_step: Callable, start: Callable,
 
     Args:
       target: with a likelihood.
-      kernel_step: the kernel's `step(state, (data, prior)) -> (state, info)`.
+      kernel_step: the kernel's `step(state, KernelData) -> (state, info)`.
       start: `start(key, x (P, D), data) -> state` (with warm-ups and probes).
       restart: `restart(old state, key, x (P, D), data) -> state` for `rebase`.
       extra: `extra(state, kernel info) -> {name: ()}` method diagnostics.
@@ -234,7 +215,7 @@ def _sampler_estimator(target: Target, kernel_step: Callable, start: Callable,
 
     def step(state, data, prior=None):
         loss, max_defect = evaluate(state.particles, data)
-        new, info = kernel_step(state, (data, prior))
+        new, info = kernel_step(state, KernelData(data, prior))
         grad_norm = getattr(info, 'grad_norm', jnp.zeros_like(loss))
         return new, StepInfo(loss=loss, grad_norm=grad_norm,
                              num_nonfinite=info.num_nonfinite, max_defect=max_defect,
@@ -256,83 +237,25 @@ def _jitter_shooting(target: Target, x, key) -> jax.Array:
     return x + jnp.where(jnp.arange(x.shape[1]) >= target.spec.num_params, noise, 0.0)
 
 
-class WhitenedState(NamedTuple):
-    """`whitened`'s state: `factor` (1, D, D) the Cholesky factor L (a leading axis of one,
-    so that code which copies the rows of per-particle leaves, e.g. a re-seed, leaves it
-    alone), `inner` the wrapped optimiser's state."""
-
-    factor: jax.Array
-    inner: Any
-
-
-def start_factor(x, num_params: int) -> jax.Array:
-    """(D, D) lower Cholesky factor L of the covariance of the first `num_params` columns
-    of particles x (P, D) (their variances alone when P <= num_params), the identity on the
-    other columns. A direction the particles do not spread in (an eigenvalue below
-    DEGENERATE_SPREAD of the largest, e.g. one the start fit could not determine) gets the
-    largest variance, and particles with no spread at all the identity: neither is frozen."""
-    num, dim = x.shape
-    z = x[:, :num_params]
-    if num > num_params:
-        cov = jnp.atleast_2d(jnp.cov(z, rowvar=False))
-    else:
-        cov = jnp.diag(jnp.var(z, axis=0))
-    w, v = jnp.linalg.eigh(cov)
-    top = jnp.max(w)
-    w = jnp.where(top > 0.0, jnp.where(w > DEGENERATE_SPREAD * top, w, top), 1.0)
-    factor = jnp.linalg.cholesky((v * w) @ v.T)
-    return jnp.eye(dim, dtype=x.dtype).at[:num_params, :num_params].set(factor)
-
-
-def whitened(inner: optax.GradientTransformation, num_params: int
-             ) -> optax.GradientTransformation:
-    """`inner` run in the coordinates y of x = L y, L = `start_factor` of the particles it
-    is initialised with: its step sizes count in the starting ensemble's stds along its
-    principal axes instead of in z units, so that the particles of a narrow, correlated
-    posterior (an informative recording: stds of 1e-4 in z, correlations of -0.99 between a
-    mass and its COM) move by a share of their own spread. A new `init` (a live window's
-    `rebase`) measures L again."""
-    def init(x):
-        return WhitenedState(factor=start_factor(x, num_params)[None], inner=inner.init(x))
-
-    def update(updates, state, params=None):
-        factor = state.factor[0]
-        steps, inner_state = inner.update(updates @ factor, state.inner, params)
-        return steps @ factor.T, WhitenedState(factor=state.factor, inner=inner_state)
-
-    return optax.GradientTransformation(init, update)
-
-
-def annealed_adam(options: Options) -> optax.GradientTransformation:
-    """Adam at `options.learning_rate` for the first (1 - DECAY_SHARE) of
-    `options.iterations`, then decaying by a cosine to STEP_DECAY times it over the rest
-    (then staying there): the constant phase carries particles from a distant start, the
-    decay lets them settle at the fixed point of their flow (module doc). A state made by
-    `init` starts again (a live window's `rebase`)."""
-    total = max(options.iterations, 1)
-    constant = int(round((1.0 - DECAY_SHARE) * total))
-    return optax.adam(optax.join_schedules(
-        [optax.constant_schedule(options.learning_rate),
-         optax.cosine_decay_schedule(options.learning_rate, max(total - constant, 1),
-                                     alpha=STEP_DECAY)], [constant]))
-
-
 def _particle_optimiser(target: Target, options: Options) -> optax.GradientTransformation:
     """CSVGD's `annealed_adam`, `whitened` if `options.whiten`."""
-    optimiser = annealed_adam(options)
+    optimiser = annealed_adam(options.learning_rate, options.iterations)
     return whitened(optimiser, target.spec.num_params) if options.whiten else optimiser
 
 
 def make_csvgd(target: Target, options: Options) -> Estimator:
-    """CSVGD (`inference.csvgd`) with `annealed_adam` and the paper's MDMM defaults; the
+    """CSVGD (`kernels.csvgd`) with `annealed_adam` and the paper's MDMM defaults; the
     prior multiplies the likelihood."""
     _check_target(target, 'csvgd')
     spec = target.spec
-    kernel = csvgd_kernel.make_csvgd(target.likelihood, spec, _particle_optimiser(target, options),
-                                     params_fn=target.params)
+    kernel = csvgd.build_kernel(target.likelihood, spec, _particle_optimiser(target, options),
+                                params_fn=target.params)
+
+    def init(key, theta0, data):
+        return kernel.init(key, theta0, KernelData(data))
 
     def step(state, data, prior=None):
-        new, info = kernel.step(state, data, prior)
+        new, info = kernel.step(state, KernelData(data, prior))
         loss = jnp.where(jnp.isfinite(info.log_lik),
                          lik.residual_loss(target.likelihood, data, info.log_lik), jnp.inf)
         return new, StepInfo(loss=loss, grad_norm=info.grad_norm,
@@ -341,37 +264,41 @@ def make_csvgd(target: Target, options: Options) -> Estimator:
                              extra={'num_reseeded': new.num_reseeded})
 
     def rebase(state, theta, data):
-        fresh = kernel.init(state.key, theta, data)
+        fresh = kernel.init(state.key, theta, KernelData(data))
         return fresh._replace(iteration=state.iteration, num_reseeded=state.num_reseeded,
                               multiplier_rate=state.multiplier_rate, damping=state.damping)
 
-    return Estimator(init=kernel.init, step=step, posterior=lambda state: state.theta,
+    return Estimator(init=init, step=step, posterior=lambda state: state.theta,
                      rebase=rebase)
 
 
 def make_svgd(target: Target, options: Options) -> Estimator:
-    """SVGD (`inference.svgd`) on the baselines' shooting density, `annealed_adam`."""
+    """SVGD (`kernels.svgd`) on the baselines' shooting density, `annealed_adam`."""
     _check_target(target, 'svgd')
-    kernel = svgd.make_svgd(_log_prob_fn(target), annealed_adam(options))
+    kernel = svgd.build_kernel(_log_prob_fn(target),
+                               annealed_adam(options.learning_rate, options.iterations))
+
+    def start(key, x, data):
+        return kernel.init(key, x, KernelData(data))
 
     def restart(old, key, x, data):
-        return kernel.init(key, x)._replace(iteration=old.iteration,
+        return start(key, x, data)._replace(iteration=old.iteration,
                                             num_reseeded=old.num_reseeded)
 
-    return _sampler_estimator(target, kernel.step, lambda key, x, data: kernel.init(key, x),
-                              restart, lambda state, info: {'num_reseeded': state.num_reseeded})
+    return _sampler_estimator(target, kernel.step, start, restart,
+                              lambda state, info: {'num_reseeded': state.num_reseeded})
 
 
 def make_sgld(target: Target, options: Options) -> Estimator:
-    """SGLD (`inference.samplers.make_sgld`), P chains; the step size is probed in `init`."""
+    """SGLD (`kernels.sgld`), P chains; the step size is probed in `init`."""
     _check_target(target, 'sgld')
     log_prob = _log_prob_fn(target)
-    kernel = samplers.make_sgld(log_prob, options.learning_rate, options.num_particles)
+    kernel = sgld.build_kernel(log_prob, options.learning_rate, options.num_particles)
     grad_norms = jax.jit(jax.vmap(lambda x, data: jnp.linalg.norm(
-        jax.grad(log_prob)(x, (data, None))), in_axes=(0, None)))
+        jax.grad(log_prob)(x, KernelData(data))), in_axes=(0, None)))
 
     def start(key, x, data):
-        state = kernel.init(key, x)
+        state = kernel.init(key, x, KernelData(data))
         norms = np.asarray(grad_norms(state.particles, data))
         norms = norms[np.isfinite(norms) & (norms > 0.0)]
         if norms.size:
@@ -380,8 +307,8 @@ def make_sgld(target: Target, options: Options) -> Estimator:
         return state
 
     def restart(old, key, x, data):
-        return kernel.init(key, x)._replace(step_size=old.step_size, iteration=old.iteration,
-                                            num_reseeded=old.num_reseeded)
+        return kernel.init(key, x, KernelData(data))._replace(
+            step_size=old.step_size, iteration=old.iteration, num_reseeded=old.num_reseeded)
 
     def extra(state, info):
         return {'num_reseeded': state.num_reseeded, 'step_size': state.step_size}
@@ -402,17 +329,16 @@ def _ensemble_metric(x) -> np.ndarray:
 
 
 def make_nuts(target: Target, options: Options) -> Estimator:
-    """NUTS (`inference.samplers.make_nuts`), P chains, metric the covariance of the start
+    """NUTS (`kernels.nuts`), P chains, metric the covariance of the start
     (`_ensemble_metric`: from the lm estimate, its Laplace approximation), after
     `options.iterations` steps of step-size adaptation in `init` (one compiled call, no
     progress reports). Stan's window adaptation starts from the identity metric, far from a
-    posterior whose scales in z span decades: with it two pendulum fits did not finish in
-    12 min."""
+    posterior whose scales in z span decades."""
     _check_target(target, 'nuts')
     log_prob = _log_prob_fn(target)
 
     def kernel_at(step_size, inverse_mass_matrix):
-        return samplers.make_nuts(log_prob, step_size, inverse_mass_matrix,
+        return nuts.build_kernel(log_prob, step_size, inverse_mass_matrix,
                                   options.num_particles, max_num_doublings=NUTS_MAX_DOUBLINGS)
 
     # The step reads the step size and mass matrix from the state, not from the factory.
@@ -420,15 +346,15 @@ def make_nuts(target: Target, options: Options) -> Estimator:
 
     def start(key, x, data):
         key_warmup, key_chains = jax.random.split(key)
-        warm = samplers.nuts_warmup(key_warmup, log_prob, x, options.iterations, (data, None),
-                                    max_num_doublings=NUTS_MAX_DOUBLINGS,
-                                    inverse_mass_matrix=_ensemble_metric(x))
+        warm = nuts.warmup(key_warmup, log_prob, x, options.iterations, KernelData(data),
+                           max_num_doublings=NUTS_MAX_DOUBLINGS,
+                           inverse_mass_matrix=_ensemble_metric(x))
         return kernel_at(float(warm.step_size), np.asarray(warm.inverse_mass_matrix)).init(
-            key_chains, np.asarray(warm.particles))
+            key_chains, np.asarray(warm.particles), KernelData(data))
 
     def restart(old, key, x, data):
         state = kernel_at(float(old.step_size), np.asarray(old.inverse_mass_matrix)).init(
-            key, np.asarray(x))
+            key, np.asarray(x), KernelData(data))
         return state._replace(iteration=old.iteration, num_reseeded=old.num_reseeded)
 
     def extra(state, info):
@@ -440,9 +366,9 @@ def make_nuts(target: Target, options: Options) -> Estimator:
 
 
 def make_emcee(target: Target, options: Options) -> Estimator:
-    """Emcee (`inference.samplers.make_emcee`), P walkers (P >= 2 D); runs on the host."""
+    """Emcee (`kernels.emcee`), P walkers (P >= 2 D); runs on the host."""
     _check_target(target, 'emcee')
-    kernel = samplers.make_emcee(_log_prob_fn(target), options.num_particles)
+    kernel = emcee.build_kernel(_log_prob_fn(target), options.num_particles)
 
     def start(key, x, data):
         dim = x.shape[1]
@@ -451,7 +377,8 @@ def make_emcee(target: Target, options: Options) -> Estimator:
                              f'dimensions (parameters and shooting states), got '
                              f'{options.num_particles}; raise it or use fewer shooting windows')
         key_jitter, key_walkers = jax.random.split(key)
-        return kernel.init(key_walkers, np.asarray(_jitter_shooting(target, x, key_jitter)))
+        return kernel.init(key_walkers, np.asarray(_jitter_shooting(target, x, key_jitter)),
+                           KernelData(data))
 
     def restart(old, key, x, data):
         return start(key, x, data)._replace(random_state=old.random_state,
@@ -471,7 +398,7 @@ def cem_sizes(num: int) -> tuple[int, int]:
 
 
 def make_cem(target: Target, options: Options) -> Estimator:
-    """The Gaussian-mixture cross-entropy method (`inference.samplers.make_cem`): population
+    """The Gaussian-mixture cross-entropy method (`kernels.cem`): population
     P, `CEM_COMPONENTS` components (fewer when P < 10 per component), the best
     `CEM_ELITE_FRACTION` as elites."""
     _check_target(target, 'cem')
@@ -479,11 +406,12 @@ def make_cem(target: Target, options: Options) -> Estimator:
     if num < 2:
         raise ValueError(f'particles: cem needs a population >= 2, got {num}')
     components, elites = cem_sizes(num)
-    kernel = samplers.make_cem(_log_prob_fn(target), num, elites, components)
+    kernel = cem.build_kernel(_log_prob_fn(target), num, elites, components)
 
     def start(key, x, data):
         key_jitter, key_mixture = jax.random.split(key)
-        return kernel.init(key_mixture, _jitter_shooting(target, x, key_jitter))
+        return kernel.init(key_mixture, _jitter_shooting(target, x, key_jitter),
+                           KernelData(data))
 
     def restart(old, key, x, data):
         return start(key, x, data)._replace(iteration=old.iteration)
@@ -500,9 +428,9 @@ class PointState(NamedTuple):
     """State of DiffNEA and NEA as Estimators.
 
     Attributes:
-      inner: the kernel's `point_estimators.EstimatorState`.
+      inner: the kernel's state (`diffnea.DiffNEAState`, `nea.NEAState`).
       anchor: (P, M) consistent points within the bounds that inconsistent particles are
-        projected towards (`point_estimators.consistent_anchor` of the start).
+        projected towards (`consistency.consistent_anchor` of the start).
       phase: () int: NEA's 0 Gauss-Newton, 1 refinement, 2 done (DiffNEA: always 0).
       rank: (P,) NEA: numerical rank of the last regression.
       raw_consistent: (P,) NEA: whether the last raw least-squares solution was consistent.
@@ -525,23 +453,23 @@ def _point_state(inner, anchor) -> PointState:
 
 
 def _anchors(target: Target, theta) -> jax.Array:
-    return jax.vmap(lambda t: point_estimators.consistent_anchor(
+    return jax.vmap(lambda t: consistency.consistent_anchor(
         target.spec, target.base_params, t))(jnp.asarray(theta))
 
 
 def make_diffnea(target: Target, options: Options) -> Estimator:
-    """DiffNEA (`point_estimators.make_diffnea`): Adam with a cosine-decaying step size from
+    """DiffNEA (`kernels.diffnea`): Adam with a cosine-decaying step size from
     `learning_rate` over `iterations` steps; the posterior projects any inconsistent
     particle (single free inertia entries) onto the consistent set."""
     if target.loss_fn is None:
         raise ValueError('diffnea: needs a loss (Target.loss_fn)')
     schedule = optax.cosine_decay_schedule(options.learning_rate, max(options.iterations, 1),
                                            alpha=0.01)
-    kernel = point_estimators.make_diffnea(target.base_params, target.spec, target.loss_fn,
-                                           optax.adam(schedule))
+    kernel = diffnea.build_kernel(target.base_params, target.spec, target.loss_fn,
+                                  optax.adam(schedule))
 
     def init(key, theta0, data):
-        inner = kernel.init(key, jnp.asarray(theta0))
+        inner = kernel.init(key, jnp.asarray(theta0), data)
         return _point_state(inner, _anchors(target, inner.theta))
 
     def step(state, data, prior=None):
@@ -552,7 +480,7 @@ def make_diffnea(target: Target, options: Options) -> Estimator:
             max_defect=jnp.zeros_like(loss), converged=jnp.zeros((), bool), extra={})
 
     def posterior(state):
-        return jax.vmap(lambda t, a: point_estimators.project_consistent(
+        return jax.vmap(lambda t, a: consistency.project_consistent(
             target.spec, target.base_params, t, a))(state.inner.theta, state.anchor)
 
     def rebase(state, theta, data):
@@ -565,20 +493,19 @@ def make_diffnea(target: Target, options: Options) -> Estimator:
 
 
 def make_nea(target: Target, options: Options) -> Estimator:
-    """NEA (`point_estimators.make_nea`) with its consistent refinement (module doc); each
+    """NEA (`kernels.nea`) with its consistent refinement (module doc); each
     step is one Gauss-Newton iteration (at most NEA_MAX_ITERATIONS, until the step is below
     NEA_TOLERANCE), then one refinement step, then `converged`."""
     del options
     spec, base = target.spec, target.base_params
-    kernel = point_estimators.make_nea(target.model, base, spec, actuator=target.actuator)
-    refine = point_estimators.make_consistent_ls(target.model, base, spec,
-                                                 actuator=target.actuator,
-                                                 iterations=NEA_REFINE_ITERATIONS)
-    loss_fn = point_estimators.make_regressor_loss(target.model, base, spec, target.actuator)
+    kernel = nea.build_kernel(target.model, base, spec, actuator=target.actuator)
+    refine = nea.make_consistent_ls(target.model, base, spec, actuator=target.actuator,
+                                    iterations=NEA_REFINE_ITERATIONS)
+    loss_fn = nea.make_regressor_loss(target.model, base, spec, target.actuator)
 
     def init(key, theta0, data):
-        inner = kernel.init(key, jnp.asarray(theta0))
-        return _point_state(inner, inner.aux)
+        inner = kernel.init(key, jnp.asarray(theta0), data)
+        return _point_state(inner, inner.anchor)
 
     def gauss_newton(state, data):
         inner, info = kernel.step(state.inner, data)
@@ -633,17 +560,17 @@ def make_nea(target: Target, options: Options) -> Estimator:
 
 def window_residual_fn(target: Target) -> Callable:
     """`fn(theta (M,), starts (K, S), data) -> (K, n)` noise-normalised residuals of each
-    single-shooting window from its start state (`likelihood.window_residuals`)."""
+    single-shooting window from its start state (`shooting_windows.window_residuals`)."""
     if target.likelihood is None or target.likelihood.num_windows != 1:
         raise ValueError('lm: every window starts at its own (fitted) state; needs a shooting '
                          'likelihood with one window per piece (estimator.shooting_windows: 1)')
     setting = target.likelihood
-    return lambda theta, starts, data: lik.window_residuals(setting, target.params(theta),
-                                                            starts, data)
+    return lambda theta, starts, data: shooting_windows.window_residuals(
+        setting, target.params(theta), starts, data)
 
 
 def make_lm(target: Target, options: Options) -> Estimator:
-    """Levenberg-Marquardt (`inference.levenberg_marquardt`) from each of the P starting
+    """Levenberg-Marquardt (`kernels.lm`) from each of the P starting
     particles (independent restarts, vmapped), every window's start state a free variable
     that starts at its measurement; stops when every restart has converged. The step's data
     is a `TrajectoryData` of single-shooting windows; `loss` is the mean squared
@@ -652,15 +579,14 @@ def make_lm(target: Target, options: Options) -> Estimator:
     del options
     blocks = window_residual_fn(target)
     spec = target.spec
-    kernel = lm_kernel.make_levenberg_marquardt(blocks, spec.lower, spec.upper)
+    kernel = lm.build_kernel(blocks, spec.lower, spec.upper)
 
     def init(key, theta0, data, prior=None):
-        del key
-        return jax.vmap(kernel.init, in_axes=(0, None, None, None))(
-            jnp.asarray(theta0), data.x0, data, prior)
+        return jax.vmap(kernel.init, in_axes=(None, (0, None), None))(
+            key, (jnp.asarray(theta0), data.x0), KernelData(data, prior))
 
     def step(state, data, prior=None):
-        new, info = jax.vmap(kernel.step, in_axes=(0, None, None))(state, data, prior)
+        new, info = jax.vmap(kernel.step, in_axes=(0, None))(state, KernelData(data, prior))
         lin = state.lin
         finite = jnp.isfinite(lin.cost)
         return new, StepInfo(
@@ -678,9 +604,9 @@ def make_lm(target: Target, options: Options) -> Estimator:
         return init(None, theta, data)
 
     def laplace(state):
-        return (jax.vmap(lm_kernel.schur_hessian)(state.lin),
-                jax.vmap(lm_kernel.laplace_covariance)(state.lin),
-                jax.vmap(lm_kernel.covariance_dof)(state.lin))
+        return (jax.vmap(lm.schur_hessian)(state.lin),
+                jax.vmap(lm.laplace_covariance)(state.lin),
+                jax.vmap(lm.covariance_dof)(state.lin))
 
     return Estimator(init=init, step=step, posterior=posterior, rebase=rebase,
                      laplace=laplace)

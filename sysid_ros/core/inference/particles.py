@@ -6,7 +6,7 @@ model's values); the other rows fill the bounds box with a scrambled Sobol seque
 spec's unconstrained coordinates. Every row is then held `INTERIOR_MARGIN` of the bounds'
 width inside them: a start on a bound maps through the sigmoid to ~1e-16 with a zero
 gradient and never moves (a URDF friction of 0 with `min: 0`). `gaussian_particles` starts
-a Bayesian method around a point estimate and its covariance instead (issue 16).
+a Bayesian method around a point estimate and its covariance instead.
 
 Runs on the host (NumPy and scipy), before anything is compiled.
 """
@@ -27,9 +27,8 @@ __all__ = ['INTERIOR_MARGIN', 'GAUSSIAN_FLOOR', 'sobol_particles', 'initial_part
 # Starting values are held this fraction of the bounds' width inside them.
 INTERIOR_MARGIN = 1e-3
 # Least std of `gaussian_particles`, a fraction of each parameter's bounds width: only keeps
-# the normal proper where the covariance is singular. A floor of 0.01 started the pendulum's
-# particles 10-250 times wider than its posterior, and CSVGD's 200 Adam steps left some of
-# them 5-14 times too wide (`bench/calibration.py`).
+# the normal proper where the covariance is singular (a wider floor starts the particles
+# far wider than a narrow posterior).
 GAUSSIAN_FLOOR = 1e-6
 # Std of the perturbation of unbounded parameters' extra rows, unconstrained coordinates.
 UNBOUNDED_SPREAD = 0.5

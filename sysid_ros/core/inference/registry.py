@@ -11,11 +11,11 @@ from typing import Callable, NamedTuple
 from sysid_ros.core.inference import methods
 from sysid_ros.core.inference.base import Estimator
 
-__all__ = ['DATA_KINDS', 'Method', 'METHODS', 'DEFAULT_POINT_METHOD', 'BAYESIAN_METHODS', 'POINT_METHODS',
-           'lookup', 'make_estimator']
+__all__ = ['DATA_KINDS', 'Method', 'METHODS', 'DEFAULT_POINT_METHOD', 'BAYESIAN_METHODS',
+           'POINT_METHODS', 'lookup', 'make_estimator']
 
 # What a method's step takes as data: the shooting likelihood's `TrajectoryData`, DiffNEA's
-# `losses.Segments` or NEA's `point_estimators.RegressorData`.
+# `losses.Segments` or NEA's `kernels.nea.RegressorData`.
 DATA_KINDS = ('shooting', 'segments', 'regressor')
 
 
@@ -47,7 +47,7 @@ class Method(NamedTuple):
 
     def options_read(self, options: methods.Options) -> methods.Options:
         """`options` with the fields the factory does not read set to None: two fits whose
-        options differ only there share one compiled estimator (`io.fitting`'s cache, e.g. lm
+        options differ only there share one compiled estimator (`io.compile_cache`, e.g. lm
         for a Bayesian method's start and for its own fit), and a factory that reads an
         undeclared field fails rather than compiling a stale value."""
         return options._replace(**{f: None for f in options._fields if f not in self.reads})
