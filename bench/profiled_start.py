@@ -8,7 +8,7 @@ random truth, three sessions side by side, window by window in the same process:
   full      `estimator.start: profiled`, the start fitted in every step (PROFILE_ITERATIONS
             Gauss-Newton steps from the measured start, `csvgd.make_csvgd(carry_start=False)`).
   carried   `estimator.start: profiled` as shipped: each particle's start profile carried
-            from step to step (`likelihood.StartProfile`: refreshed every PROFILE_REFRESH
+            from step to step (`profiled_start.StartProfile`: refreshed every PROFILE_REFRESH
             steps, one Gauss-Newton step with the frozen Jacobian inside the likelihood's
             own simulation).
 
@@ -17,7 +17,7 @@ and, within it, the time of the jitted steps (each step waited for). After the l
 how far the carried session's posterior mean lies from the full one's, in posterior stds
 (both sessions see the same jitter draws), and the ratio of their stds. How far the carried
 start lies from the converged profile was measured by replaying a live session's particle
-paths (`core.likelihoods.likelihood` module doc).
+paths (docs/design/core.md).
 
 Measured (seed 1, 8 windows, the 2-core machine under a load of 7-10, one run; seconds per
 window, median of windows 1-7, update / of it in the jitted steps):

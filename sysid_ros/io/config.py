@@ -563,7 +563,7 @@ class EstimatorConfig:
         state); each window must span at least 2 steps.
       start: where the first window of each piece starts in the Bayesian methods'
         likelihood: `profiled` (for each particle at the state that fits the window best,
-        `core.likelihoods.likelihood`; needs `shooting_windows: 1`), `measured` (at the
+        `core.likelihoods.profiled_start`; needs `shooting_windows: 1`), `measured` (at the
         measured state; a fit from the lm estimate refits it there and holds it,
         `io.fitting.refit_windows`) or `auto` (default): `profiled` for single shooting,
         else `measured`. A start held fixed makes the posterior the conditional one given

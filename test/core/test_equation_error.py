@@ -11,6 +11,7 @@ from jax.test_util import check_grads
 
 from sysid_ros.core.likelihoods import equation_error as ee
 from sysid_ros.core.likelihoods import likelihood as lik
+from sysid_ros.core.likelihoods import shooting_windows
 from sysid_ros.io import config as config_io
 from sysid_ros.io import estimator_data, pipeline
 from sysid_ros.io.config import ConfigError
@@ -118,7 +119,7 @@ def test_the_timing_offset_is_marginalised(problem, prepared, truth):
     quad = r @ np.linalg.solve(cov, r)
     expected = -0.5 * (quad + np.linalg.slogdet(2 * np.pi * cov)[1])
     np.testing.assert_allclose(float(terms.log_lik), expected, rtol=1e-10)
-    white = lik.window_residuals(setting, params, data.x0, data)
+    white = shooting_windows.window_residuals(setting, params, data.x0, data)
     np.testing.assert_allclose(float(jnp.sum(jnp.square(white))), quad, rtol=1e-10)
 
 

@@ -11,6 +11,8 @@ import pytest
 
 import csvgd_problems as dp
 from sysid_ros.core.likelihoods import likelihood as lk
+from sysid_ros.core.likelihoods import profiled_start as ps
+from sysid_ros.core.likelihoods import shooting_windows as sw
 
 T, W = 12, 3
 NOISE = np.array([0.1, 0.2, 0.3, 0.4])
@@ -37,10 +39,10 @@ def test_windows_on_the_true_trajectory_have_no_defects_and_reproduce_it():
     params = dp.make_params_fn()(jnp.asarray(dp.theta_from_lengths([1.0, 2.0])))
     shooting = lk.initial_shooting_states(setting, data)
     assert shooting.shape == (2, W - 1, 4)
-    windows = jax.jit(lk.simulate_windows, static_argnums=0)(
+    windows = jax.jit(sw.simulate_windows, static_argnums=0)(
         setting, params, data.x0, shooting, data.controls)
     assert windows.shape == (2, W, T // W + 1, 4)
-    predicted = lk.predicted_trajectories(windows)
+    predicted = sw.predicted_trajectories(windows)
     np.testing.assert_allclose(predicted[0], dp.simulate(1.0, 2.0, T), atol=1e-12)
     terms = lk.log_likelihood(setting, params, shooting, data)
     np.testing.assert_allclose(terms.defects[0], 0.0, atol=1e-12)
@@ -122,7 +124,7 @@ def test_default_setting_has_no_mocap_and_observes_state_dimensions():
                                   np.asarray(data.state_scale)[[0, 3]])
     np.testing.assert_array_equal(data.states[..., [0, 3]], data.observations)
     states = jnp.asarray(np.asarray(data.states)[0])
-    np.testing.assert_array_equal(lk.observe(setting, None, states),
+    np.testing.assert_array_equal(sw.observe(setting, None, states),
                                   np.asarray(states)[:, [0, 3]])
 
 
@@ -134,14 +136,14 @@ def test_fitted_window_starts_are_the_least_squares_starts():
     single = _setting(num_windows=1)
     clean = _data(single)
     params = dp.make_params_fn()(jnp.asarray(dp.theta_from_lengths([1.0, 2.0])))
-    fit = jax.jit(lambda data: lk.fit_window_starts(single, params, data))
+    fit = jax.jit(lambda data: ps.fit_window_starts(single, params, data))
     np.testing.assert_allclose(fit(clean)[0], clean.x0[0], atol=1e-10)
     offset = jnp.asarray([0.05, -0.03, 0.1, 0.02])
     noisy = clean._replace(x0=clean.x0 + offset,
                            observations=clean.observations.at[:, 0].add(offset))
     first = noisy._replace(x0=noisy.x0[:1], controls=noisy.controls[:1],
                            observations=noisy.observations[:1])
-    residuals = jax.jit(lambda start: lk.window_residuals(single, params, start[None],
+    residuals = jax.jit(lambda start: sw.window_residuals(single, params, start[None],
                                                           first)[0])
     reference = least_squares(lambda s: np.asarray(residuals(jnp.asarray(s))),
                               np.asarray(noisy.x0[0]), xtol=1e-14, ftol=1e-14).x
@@ -177,7 +179,7 @@ def _fitted_starts(theta, data, iterations):
     """`fit_window_starts` of data shaped as `_noisy_starts`'; the iteration count is traced,
     so every count shares one compilation."""
     measured, _, _, params_fn, _ = _noisy_starts()
-    return lk.fit_window_starts(measured, params_fn(theta), data, iterations)
+    return ps.fit_window_starts(measured, params_fn(theta), data, iterations)
 
 
 def test_profiled_start_log_likelihood_and_its_gradient(monkeypatch):
@@ -187,7 +189,7 @@ def test_profiled_start_log_likelihood_and_its_gradient(monkeypatch):
     (envelope theorem) to 1e-7 once the fit has converged (5 Gauss-Newton steps here; with
     the default 2 the gradient was 1.8e-4 off on these start errors of 0.01-0.03, ten times
     the live configuration's noise)."""
-    monkeypatch.setattr(lk, 'PROFILE_ITERATIONS', 5)
+    monkeypatch.setattr(ps, 'PROFILE_ITERATIONS', 5)
     _, profiled, data, params_fn, theta = _noisy_starts()
     no_shooting = jnp.zeros((2, 0, 4))
 
@@ -223,7 +225,7 @@ def test_carried_start_profile_reaches_the_fitted_profile():
     new data refit from the measured ones."""
     _, profiled, data, params_fn, theta = _noisy_starts()
     no_shooting = jnp.zeros((2, 0, 4))
-    refresh = jax.jit(lambda t, d, p: lk.refresh_start_profile(profiled, params_fn(t), d, p))
+    refresh = jax.jit(lambda t, d, p: ps.refresh_start_profile(profiled, params_fn(t), d, p))
 
     def carried(t, p):
         terms = lk.log_likelihood(profiled, params_fn(t), no_shooting, data, profile=p)
@@ -236,12 +238,12 @@ def test_carried_start_profile_reaches_the_fitted_profile():
     def at_fitted(t, s):
         return _measured_log_lik(t, data._replace(x0=s))
 
-    empty = lk.start_profile(profiled, data)
-    assert bool(lk.profile_due(empty, data))
+    empty = ps.start_profile(profiled, data)
+    assert bool(ps.profile_due(empty, data))
     profile = refresh(theta, data, empty)
     np.testing.assert_allclose(profile.starts,
-                               _fitted_starts(theta, data, lk.PROFILE_ITERATIONS), atol=1e-12)
-    assert not bool(lk.profile_due(profile, data))
+                               _fitted_starts(theta, data, ps.PROFILE_ITERATIONS), atol=1e-12)
+    assert not bool(ps.profile_due(profile, data))
     best = converged(theta)
     for _ in range(4):
         (value, profile), grad = evaluate(theta, profile)
@@ -256,11 +258,11 @@ def test_carried_start_profile_reaches_the_fitted_profile():
     np.testing.assert_allclose(value, at_fitted(theta, best), rtol=0, atol=1e-5)
     np.testing.assert_allclose(grad, fd, rtol=0, atol=1e-3 * np.max(np.abs(fd)))
     assert int(profile.age) == 4
-    again = refresh(theta, data, profile._replace(age=jnp.asarray(lk.PROFILE_REFRESH)))
-    assert bool(lk.profile_due(profile._replace(age=jnp.asarray(lk.PROFILE_REFRESH)), data))
+    again = refresh(theta, data, profile._replace(age=jnp.asarray(ps.PROFILE_REFRESH)))
+    assert bool(ps.profile_due(profile._replace(age=jnp.asarray(ps.PROFILE_REFRESH)), data))
     np.testing.assert_array_less(np.abs(again.starts - best) / NOISE, 1e-4)  # 7e-6
     other = data._replace(x0=data.x0 - 0.02)               # new data: other measured starts
-    assert bool(lk.profile_due(again, other))
+    assert bool(ps.profile_due(again, other))
     np.testing.assert_array_equal(refresh(theta, other, again).x0, other.x0)
 
 
@@ -275,7 +277,7 @@ def test_residual_noise_std_recovers_the_noise_of_the_data():
     noisy = states + np.random.default_rng(5).normal(size=states.shape) * noise
     data = lk.make_trajectory_data(single, noisy, np.zeros((1, steps, 2)), 10.0 * noise)
     params = dp.make_params_fn()(jnp.asarray(dp.theta_from_lengths([1.0, 2.0])))
-    data = data._replace(x0=lk.fit_window_starts(single, params, data))
+    data = data._replace(x0=ps.fit_window_starts(single, params, data))
     estimate = lk.residual_noise_std(single, params, data, num_free=4)
     # The std of a sample std over n = 401 samples is about 1 / sqrt(2 n) = 3.5 %.
     np.testing.assert_allclose(estimate, noise, rtol=0.12)

@@ -14,6 +14,7 @@ from sysid_ros.core.model import builders
 from sysid_ros.core.dynamics import integrators
 from sysid_ros.core.dynamics import observations
 from sysid_ros.core.likelihoods import likelihood as lk
+from sysid_ros.core.likelihoods import shooting_windows
 
 CHAIN = builders.chain(4, lengths=[0.3, 0.4, 0.2, 0.5], masses=[1.0, 2.0, 1.0, 0.5],
                        axis=(0.0, 0.6, 0.8))
@@ -229,7 +230,7 @@ def test_state_dimension_path_is_unchanged():
     states, controls = _truth(params)
     data = lk.make_trajectory_data(setting, states[None], controls[None], 0.1)
     np.testing.assert_array_equal(data.observations[0], states[:, [0, 5]])
-    np.testing.assert_array_equal(lk.observe(setting, params, jnp.asarray(states)),
+    np.testing.assert_array_equal(shooting_windows.observe(setting, params, jnp.asarray(states)),
                                   states[:, [0, 5]])
     np.testing.assert_array_equal(setting.observation_scale(data),
                                   np.asarray(data.state_scale)[[0, 5]])
@@ -261,7 +262,7 @@ def test_joint_states_and_mocap_observed_together():
     data_p = lk.make_trajectory_data(points_only, measured[None], controls[None], point_noise,
                                      observations=points[None])
     data_s = lk.make_trajectory_data(states_only, measured[None], controls[None], state_noise)
-    np.testing.assert_allclose(lk.observe(both, params, jnp.asarray(states)),
+    np.testing.assert_allclose(shooting_windows.observe(both, params, jnp.asarray(states)),
                                np.concatenate([states, points - 0.002], 1), atol=1e-12)
     heavier = dataclasses.replace(params, inertial=params.inertial.at[3].multiply(1.3))
     empty = jnp.zeros((1, 0, 2 * model.nv))

@@ -1,6 +1,6 @@
-"""Equation-error likelihood: joint-torque residuals through inverse dynamics (issue 14).
+"""Equation-error likelihood: joint-torque residuals through inverse dynamics.
 
-Model. With an additive actuator model (`point_estimators.ADDITIVE_ACTUATORS`) the command
+Model. With an additive actuator model (`dynamics.control.ADDITIVE_ACTUATORS`) the command
 that moves the joints along (q, qd, qdd) is
 
     u = RNEA(q, qd, qdd; params) + f(q, qd; params),   f = -actuator(q, qd, u = 0)
@@ -13,60 +13,45 @@ deviation sigma_j per joint; for one piece k of N samples
 
 combined over the K pieces as the shooting likelihood combines its trajectories ('product'
 or 'sum', `likelihood.combine_trajectories`). Nothing is simulated: a step costs one RNEA
-per kept sample, u is linear in the inertial parameters and friction coefficients, and no
-parameter makes a prediction diverge.
+per kept sample, and u is linear in the inertial parameters and friction coefficients.
 
-Causal filter (`filter_samples`). Accelerations are not measured. q, qd and tau go through
-one causal FIR of L = 2 D + 1 taps: the Savitzky-Golay (1964) least-squares cubic
-through the last L samples, read at their middle sample: its value smooths q, qd and tau,
-its slope through the measured velocities gives qdd (one differentiation of qd; twice
-differentiating q would multiply the noise by another factor of order 1 / (L dt)). The
-value is exact for polynomials of degree 3, the slope at the middle for degree 4, so the
-filter's own error falls as (L dt)^4; a quadratic's slope is only exact to
-degree 2, and on a fast two-link arm its (L dt)^2 error biased the link mass by 1-4 %
-(4-6 posterior stds) without noise, where the cubic's left 0.0-0.1 %. A longer filter
-passes less sensor noise into qdd, whose noise, sitting in the regressors, pulls inertial
-estimates towards zero (errors in variables): with noise of 1e-3 rad/s on that arm the
-mass came out 3.4 stds low with 5 taps at 200 Hz and 1.7 with 11 (`estimator.filter_window`
-0.05 s, the default). The
-output at t_k uses samples up to t_k only, so it runs live, and estimates every signal at
-t_{k - D}: a linear-phase filter, delay exactly D dt for all of them, so q, qd, qdd and tau
-stay aligned. tau[k] is held from t_k to t_{k+1} (the `Trajectory` convention), so the
-torque at the instant t_k, the mean of the commands either side (tau[k-1] + tau[k]) / 2
-(as NEA takes it, `io.estimator_data.nea_samples`), is what is filtered. The first L - 1
-samples of a trajectory only fill the filter.
+Causal filter (`filter_samples`; Savitzky & Golay 1964). Accelerations are not measured.
+q, qd and tau go through one causal FIR of L = 2 D + 1 taps, the least-squares cubic through
+the last L samples read at their middle sample: its value smooths q, qd and tau, its slope
+through the measured velocities gives qdd. The value is exact for polynomials of degree 3
+and the slope for degree 4, so the filter's own error falls as (L dt)^4; a longer filter
+passes less sensor noise into qdd, whose noise in the regressors pulls inertial estimates
+towards zero (errors in variables). The output at t_k uses samples up to t_k only and
+estimates every signal at t_{k - D} (linear phase: one delay D dt for all, so q, qd, qdd and
+tau stay aligned). tau[k] is held from t_k to t_{k+1}, so the torque at the instant t_k is
+the mean of the commands either side, (tau[k-1] + tau[k]) / 2. The first L - 1 samples of a
+trajectory only fill the filter.
 
-Timing (`TorqueData.timing_std`, `data.torque_timing_std`). Torques and joint states that
-are offset in time by delta (a command held from its stamp on, a driver's latency) give
-tau(t + delta) ~ tau(t) + delta tau'(t): for tau ~ M qdd + g(q) that offset reads as a
-damping of delta (dg/dq - omega^2 M) at an excitation frequency omega (on `make demo`'s
-Panda 0.13 N m s/rad per ms on joint 2, a posterior std there being 0.1-0.16 ms). So each
-piece k carries an unknown offset delta_k ~ N(0, s_t^2), marginalised: its residuals get
-the covariance diag(sigma^2) + s_t^2 v_k v_k^T, v_k the piece's torque rates tau' (the
-filter's slope of the torque) stacked over samples and joints. With r~ and v~ divided by
-sigma (Sherman-Morrison),
+Timing (`TorqueData.timing_std`). Torques and joint states offset in time by delta give
+tau(t + delta) ~ tau(t) + delta tau'(t), which reads as a spurious damping. Each piece k
+carries an unknown offset delta_k ~ N(0, s_t^2), marginalised: its residuals have the
+covariance diag(sigma^2) + s_t^2 v_k v_k^T, v_k the piece's torque rates tau' (the filter's
+slope of the torque) stacked over samples and joints. With r~ and v~ divided by sigma
+(Sherman-Morrison),
 
     log p_k = -1/2 (|r~|^2 - s_t^2 (v~^T r~)^2 / (1 + s_t^2 |v~|^2))
               - 1/2 log(1 + s_t^2 |v~|^2) - N sum_j log(sqrt(2 pi) sigma_j),
 
 and the whitened residual r~ - (1 - 1 / sqrt(1 + s_t^2 |v~|^2)) v~ (v~^T r~) / |v~|^2 has
-that squared norm (what Levenberg-Marquardt and the Laplace fits take). s_t = 0 is the
-white-noise likelihood above.
+that squared norm (what Gauss-Newton methods take). s_t = 0 is the white-noise likelihood.
 
-Independence: the filter correlates noise over L samples, so every L-th output is kept:
-the kept samples' supports do not overlap and white measurement noise leaves independent
-residuals (and a step costs T / L RNEA calls for T samples).
+Independence: the filter correlates noise over L samples, so every L-th output is kept; the
+kept samples' supports do not overlap and white measurement noise leaves independent
+residuals.
 
 Noise (`residual_noise_std`): configured, or the root mean square of each joint's residuals
-at a fit (`fit_noise_std`: a few Gauss-Newton steps from the start), with M / nv of each
-joint's n samples taken as the M fitted parameters' degrees of freedom. Not the median
-absolute deviation: the residuals are heavy-tailed (Coulomb friction at velocity reversals),
-and on the simulated Panda 1.4826 MAD set sigma 1.6 times below the RMS, a mean squared
-normalised residual of 2.7 at the fit and a posterior too narrow by that factor.
+at a fit (`fit_noise_std`), with M / nv of each joint's samples taken as the M fitted
+parameters' degrees of freedom. The root mean square rather than the median absolute
+deviation, because the residuals are heavy-tailed (Coulomb friction at velocity reversals).
 
-The estimators see this likelihood through the generic functions of `likelihood`, which
-are registered here: a piece has no shooting states and no start state (both of size 0)
-and no defects, so csvgd, svgd, sgld, nuts, emcee, cem and lm run on it unchanged.
+The estimators see this likelihood through the generic functions of `likelihood`,
+`shooting_windows` and `profiled_start`, registered here: a piece has no shooting states,
+no start state (both of size 0) and no defects, so every estimator runs on it unchanged.
 """
 
 from __future__ import annotations
@@ -79,8 +64,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from sysid_ros.core.dynamics import actuators, rigid_body
-from sysid_ros.core.inference.point_estimators import ADDITIVE_ACTUATORS
+from sysid_ros.core.dynamics.control import ADDITIVE_ACTUATORS
 from sysid_ros.core.likelihoods import likelihood as lik
+from sysid_ros.core.likelihoods import profiled_start, shooting_windows
 from sysid_ros.core.model.parameters import ParameterSpec
 from sysid_ros.core.model.types import Params, RobotModel
 
@@ -352,7 +338,7 @@ def fit_noise_std(setting: EquationErrorLikelihood, spec: ParameterSpec, base_pa
 
 
 # ------------------------------------------------------------------------------------------
-# The likelihood module's generic functions for this setting and its data
+# The likelihoods' generic functions for this setting and its data
 # ------------------------------------------------------------------------------------------
 
 def _log_normaliser(data: TorqueData) -> jax.Array:
@@ -398,12 +384,12 @@ def _log_likelihood(likelihood, params, shooting, data) -> lik.LikelihoodTerms:
                                defects=jnp.zeros(likelihood.shooting_shape(data), r.dtype))
 
 
-@lik.window_residuals.register(EquationErrorLikelihood)
+@shooting_windows.window_residuals.register(EquationErrorLikelihood)
 def _window_residuals(likelihood, params, starts, data) -> jax.Array:
     return whitened_residuals(likelihood, params, data)[0]
 
 
-@lik.fit_window_starts.register(EquationErrorLikelihood)
+@profiled_start.fit_window_starts.register(EquationErrorLikelihood)
 def _fit_window_starts(likelihood, params, data, iterations=0) -> jax.Array:
     return data.x0
 

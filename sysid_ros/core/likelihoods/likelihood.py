@@ -1,89 +1,40 @@
-"""Single- and multiple-shooting Gaussian likelihoods over a set of trajectories (seed 000).
+"""Gaussian output-error likelihood of a set of trajectories, single or multiple shooting.
 
-Data: K trajectories of T control steps each, on one time grid of period dt, with measured
-initial states x0 (K, S) (S = 2 nv, x = [q; qd]), commands (K, T, nv) and observations
-(K, T + 1, O). The observation model y = h(params, x) stacks
+After Heiden et al. 2022 (CSVGD), §2.3 and supplement §1.2-1.3. Data (`TrajectoryData`): K
+trajectories of T control steps on one time grid of period dt, with measured initial states
+x0 (K, S) (S = 2 nv, x = [q; qd]), commands (K, T, nv) and observations (K, T + 1, O). The
+observation model (`shooting_windows.observe`) stacks the observed state dimensions
+(`ShootingLikelihood.observed`) and then, for each of F tracked body frames, the world
+positions of its origin and of its three axis tips (`observations.mocap_points`), 12 per
+frame: O = len(observed) + 12 F.
 
-  * state dimensions: joint positions and/or velocities (`ShootingLikelihood.observed`; by
-    default all of them without motion capture, none with it);
-  * then motion capture (`ShootingLikelihood.mocap`, seed 000 §2.5): for each of F tracked
-    body frames the world positions of its origin and of its three axis tips 1 m out, 12 per
-    frame (`observations.mocap_points`, through forward kinematics of the predicted q);
+Shooting windows (`shooting_windows`): each trajectory is cut into W windows of H = T / W steps;
+window w >= 1 starts at a free shooting state s_w of the particle (K, W - 1, S). The defects
+d_w = x_end(window w) - s_{w+1}, divided by the state scale, are the equality constraints
+of CSVGD. W = 1 is single shooting (no shooting states, no defects). Window 0
+starts at the measured x0 (`start: 'measured'`) or at the profiled start (`start:
+'profiled'`, single shooting only; `profiled_start`).
 
-so O = len(observed) + 12 F: the seed's box observes the frames only, an arm that holds a
-tracked object observes its joint encoders and the object's pose (`observed` and `mocap`).
-
-h is applied to every predicted sample of every trajectory (vmapped).
-
-Multiple shooting (seed 000 §2.3; Bock & Plitt 1984). Each trajectory is cut into W windows
-of H = T / W steps. Window 0 starts at the measured x0, window w >= 1 at a free shooting
-state s_w, an extra decision variable of the particle (K, W - 1, S). All K W windows are
-simulated in one vmapped call of `integrators.rollout`. The predicted trajectory takes the
-samples w H .. w H + H - 1 from window w (its start state first) and the last sample from the
-end of the last window. The defects d_w = x_end(window w) - s_{w+1}, w = 0 .. W - 2, are the
-equality constraints that make the prediction one continuous simulation; they are returned
-divided by the per-dimension state scale (seed §1.3) for the constraint solver (`csvgd`).
-W = 1 is single shooting (no shooting states, no defects).
-
-Start of window 0 (`ShootingLikelihood.start`): 'measured' starts it at the measured x0;
-'profiled' (single shooting only) starts it, for each parameter vector, at the state that
-fits the whole window best (`fit_window_starts`, a few Gauss-Newton steps from x0), held
-constant under differentiation. A noisy measured start carries its noise through every
-predicted sample, which biases the posterior and narrows it (errors in variables); the
-profiled start removes that. Its gradient is exact by the envelope theorem (the residual is
-stationary in the start at the fitted one), and the profile stands in for the marginal over
-the start (their difference, the log determinant of the start's Gauss-Newton Hessian, varies
-little with the parameters).
-
-A profiled start carried from step to step (`StartProfile`; `csvgd` carries one per
-particle): fitting the start costs a forward-mode Jacobian in every step, more than the
-step's own simulation and gradient. An estimator whose particles move little from step to
-step instead keeps each window's fitted start s and the Jacobian J of the residuals r with
-respect to the start from its last refresh (`refresh_start_profile`: Gauss-Newton from the
-measured start on new data, one step from the carried start every PROFILE_REFRESH steps),
-and `log_likelihood(..., profile=)` takes the Gauss-Newton step with that J inside the one
-simulation from s that the likelihood runs anyway (variable projection with a frozen
-Jacobian, Golub & Pereyra 1973):
-
-  delta = -(J^T J)^-1 J^T r(theta, s),   r_p = r + J delta = (I - J (J^T J)^-1 J^T) r,
-
-the log-likelihood from r_p (the residual at the start s + delta to first order) and the
-carried start moved to s + delta (a chord step). Its gradient is the envelope gradient of the
-linearised profile, 2 (dr / dtheta)^T r_p. Replayed along the particles of a live session
-(double pendulum, 16 particles, noise 0.002), after 30 steps on a window the start sat within
-0.1 of its posterior std of the fully converged profile, the squared-residual sum within
-0.013 of it and the gradient within 0.2 %; two Gauss-Newton steps from the measured start:
-0.04, 0.002.
-
-Likelihood of one trajectory k: independent Gaussian observation noise with a standard
-deviation per observed dimension,
+Likelihood of trajectory k, independent Gaussian noise with a standard deviation per
+observed dimension:
 
   log p_k = -1/2 sum_{t, o} ((y_sim[t, o] - y[t, o]) / sigma_o)^2
             - (T + 1) sum_o log(sqrt(2 pi) sigma_o).
 
-Over the set (seed §1.2): 'product' (the trajectories are independent draws of one
-parameter vector) log p = sum_k log p_k; 'sum' (an equally weighted mixture: the trajectories
-may come from different parameters) log p = log(1/K sum_k p_k), a log-sum-exp.
+Over the set: 'product' (independent draws of one parameter vector) log p = sum_k log p_k;
+'sum' (an equally weighted mixture, trajectories that may come from different parameters)
+log p = log(1/K sum_k p_k).
 
-Normalisation (seed §1.3): shooting states are optimised in normalised units
-s = state_mean + state_scale * s_hat, with the mean and standard deviation of each measured
-state dimension (the seed writes w_i / sigma_i^2; dividing by the standard deviation is what
-makes the dimensions unitless and comparable, so that is what is done here); residuals are
-normalised by the noise standard deviations.
+Normalisation: shooting states are optimised as s = state_mean + state_scale * s_hat, with
+the mean and standard deviation of each measured state dimension (the standard deviation
+rather than the paper's variance, so that the dimensions become unitless); residuals are
+divided by the noise standard deviations.
 
-Initial shooting states (`initial_shooting_states`): the measured data at the start of each
-window. Without motion capture, the observation where a dimension is observed and the state
-mean elsewhere. With motion capture, which observes the state through forward kinematics
-(beside the observed dimensions, if any), they are taken from the measured states passed to
-`make_trajectory_data` (kept in `TrajectoryData.states`: joint encoders, with the angles of
-unactuated joints reconstructed from the tracked frames).
-
-The estimators read every likelihood through this module: `select_trajectories` (by the type
-of its data), `initial_shooting_states`, `log_likelihood`, `window_residuals`,
-`fit_window_starts`, `residual_noise_std` and `residual_normaliser` (by the type of the
-setting) are generic functions (`functools.singledispatch`), and the equation-error
-likelihood (`equation_error`) registers its own for its setting and data, so every method
-runs on either.
+The estimators read every likelihood through generic functions (`functools.singledispatch`):
+`select_trajectories`, `initial_shooting_states`, `log_likelihood`, `residual_noise_std` and
+`residual_normaliser` here, `shooting_windows.window_residuals` and
+`profiled_start.fit_window_starts`; `equation_error` registers its own for its setting and
+data, so every estimator runs on either likelihood.
 """
 
 from __future__ import annotations
@@ -98,8 +49,11 @@ import numpy as np
 
 from sysid_ros.core.dynamics import actuators
 from sysid_ros.core.dynamics import integrators
-from sysid_ros.core.likelihoods import losses
 from sysid_ros.core.dynamics import observations
+from sysid_ros.core.likelihoods import losses
+from sysid_ros.core.likelihoods import profiled_start
+from sysid_ros.core.likelihoods.shooting_windows import (observe, predicted_trajectories,
+                                                         simulate_windows, window_residuals)
 from sysid_ros.core.model.types import Params, RobotModel
 
 __all__ = [
@@ -107,22 +61,13 @@ __all__ = [
     'STARTS',
     'TrajectoryData',
     'LikelihoodTerms',
-    'StartProfile',
     'ShootingLikelihood',
     'make_trajectory_data',
     'select_trajectories',
     'make_shooting_likelihood',
     'initial_shooting_states',
-    'simulate_windows',
-    'predicted_trajectories',
-    'observe',
     'log_likelihood',
     'combine_trajectories',
-    'window_residuals',
-    'fit_window_starts',
-    'start_profile',
-    'profile_due',
-    'refresh_start_profile',
     'residual_noise_std',
     'residual_normaliser',
     'residual_loss',
@@ -130,15 +75,6 @@ __all__ = [
 
 COMBINE = ('sum', 'product')
 STARTS = ('measured', 'profiled')
-# Gauss-Newton steps of a profiled start from the measured one: the residual is nearly
-# linear in the start at noise-sized offsets, so two steps reach it to a small fraction of
-# the noise.
-PROFILE_ITERATIONS = 2
-# Steps of a carried `StartProfile` between refreshes of its Jacobian (module doc): on the
-# replayed live windows refreshing every step, every 3, 10 or 30 steps ended each window
-# within 0.1 posterior stds of the converged start alike; 10 bounds the drift of the
-# Jacobian while the particles still move early in a window.
-PROFILE_REFRESH = 10
 
 
 class TrajectoryData(NamedTuple):
@@ -181,31 +117,14 @@ class LikelihoodTerms(NamedTuple):
       log_lik: () combined log-likelihood of the set (sum or product form).
       per_trajectory: (K,) log-likelihood of each trajectory.
       defects: (K, W - 1, S) normalised defects, end of window w minus start of window w + 1.
-      profile: the carried `StartProfile` after this evaluation (its start moved by the
-        chord step), or None when none was given.
+      profile: the carried `profiled_start.StartProfile` after this evaluation (its start
+        moved by the chord step), or None when none was given.
     """
 
     log_lik: jax.Array
     per_trajectory: jax.Array
     defects: jax.Array
-    profile: 'StartProfile | None' = None
-
-
-class StartProfile(NamedTuple):
-    """A profiled start carried between steps of an estimator (module doc).
-
-    Attributes:
-      x0: (K, S) measured starts of the data it was fitted on (NaN: not fitted yet).
-      starts: (K, S) fitted start of each window [q; qd].
-      jacobian: (K, N, S) Jacobian of the window's noise-normalised residuals (N = (T + 1)
-        O, `window_residuals`) with respect to its start, at the last refresh.
-      age: () int, evaluations since the last refresh.
-    """
-
-    x0: jax.Array
-    starts: jax.Array
-    jacobian: jax.Array
-    age: jax.Array
+    profile: profiled_start.StartProfile | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,7 +181,7 @@ class ShootingLikelihood:
 
         The state scale of the observed state dimensions; for the motion-capture points the
         standard deviation of each measured coordinate over all samples, floored at its
-        noise standard deviation. `csvgd` weights its constraint terms with it.
+        noise standard deviation. CSVGD weights its constraint terms with it.
         """
         dims = np.asarray(self.observed_dims, dtype=int)
         o = data.observations.shape[-1]
@@ -488,64 +407,9 @@ def initial_shooting_states(likelihood: ShootingLikelihood, data: TrajectoryData
     return mean.at[..., np.asarray(likelihood.observed_dims, dtype=int)].set(starts)
 
 
-def simulate_windows(likelihood: ShootingLikelihood, params: Params, x0: jax.Array,
-                     shooting: jax.Array, controls: jax.Array) -> jax.Array:
-    """All K W shooting windows in one vmapped rollout.
-
-    Args:
-      likelihood: settings.
-      params: physical parameters (one particle).
-      x0: (K, S) start of window 0 of each trajectory.
-      shooting: (K, W - 1, S) start states of windows 1 .. W - 1.
-      controls: (K, T, nv) commands.
-
-    Returns:
-      (K, W, H + 1, S) states of each window, its start state first.
-    """
-    k, t, nv = controls.shape
-    w = likelihood.num_windows
-    h = t // w
-    s = x0.shape[-1]
-    starts = jnp.concatenate([x0[:, None].astype(shooting.dtype), shooting], axis=1)
-
-    def simulate(start, window_controls):
-        return integrators.rollout(likelihood.model, params, start, window_controls,
-                                   likelihood.dt, integrator=likelihood.integrator,
-                                   actuator=likelihood.actuator, substeps=likelihood.substeps)
-
-    states = jax.vmap(simulate)(starts.reshape(k * w, s), controls.reshape(k * w, h, nv))
-    return states.reshape(k, w, h + 1, s)
-
-
-def predicted_trajectories(windows: jax.Array) -> jax.Array:
-    """(K, W, H + 1, S) window states -> (K, T + 1, S) predicted trajectory (module doc)."""
-    k, w, h1, s = windows.shape
-    body = windows[:, :, :-1].reshape(k, w * (h1 - 1), s)
-    return jnp.concatenate([body, windows[:, -1, -1:]], axis=1)
-
-
-def observe(likelihood: ShootingLikelihood, params: Params, states: jax.Array) -> jax.Array:
-    """The observation model applied to states.
-
-    Args:
-      likelihood: settings (observation model).
-      params: physical parameters (forward kinematics of the motion-capture model).
-      states: (..., S) states [q; qd].
-
-    Returns:
-      (..., O) observations: the observed state dimensions, then the motion-capture points
-      [m] of every tracked frame (`observations.mocap_trajectory`).
-    """
-    observed = states[..., np.asarray(likelihood.observed_dims, dtype=int)]
-    if not likelihood.mocap:
-        return observed
-    points = observations.mocap_trajectory(likelihood.model, params, states, likelihood.mocap)
-    return jnp.concatenate([observed.astype(points.dtype), points], axis=-1)
-
-
 @functools.singledispatch
 def log_likelihood(likelihood: ShootingLikelihood, params: Params, shooting: jax.Array,
-                   data: TrajectoryData, profile: StartProfile | None = None
+                   data: TrajectoryData, profile: profiled_start.StartProfile | None = None
                    ) -> LikelihoodTerms:
     """Multiple-shooting log-likelihood of the trajectory set for one parameter vector.
 
@@ -554,9 +418,9 @@ def log_likelihood(likelihood: ShootingLikelihood, params: Params, shooting: jax
       params: physical parameters.
       shooting: (K, W - 1, S) shooting states in physical units (empty for W = 1).
       data: the measured trajectories.
-      profile: with `start: profiled`, a carried `StartProfile` of this data (from
-        `refresh_start_profile`): the profile by one Gauss-Newton step with its Jacobian
-        (module doc) instead of a fit from the measured start.
+      profile: with `start: profiled`, a carried `profiled_start.StartProfile` of this data
+        (from `profiled_start.refresh_start_profile`): the profile by one Gauss-Newton step
+        with its Jacobian instead of a fit from the measured start.
 
     Returns:
       LikelihoodTerms (log_lik, per_trajectory, normalised defects, the profile moved by
@@ -567,8 +431,8 @@ def log_likelihood(likelihood: ShootingLikelihood, params: Params, shooting: jax
     x0 = data.x0
     if likelihood.start == 'profiled':
         # Fitted at constant parameters: no derivative is traced through the fit.
-        x0 = fit_window_starts(likelihood, jax.lax.stop_gradient(params), data,
-                               PROFILE_ITERATIONS)
+        x0 = profiled_start.fit_window_starts(likelihood, jax.lax.stop_gradient(params),
+                                              data, profiled_start.PROFILE_ITERATIONS)
     windows = simulate_windows(likelihood, params, x0, shooting, data.controls)
     predicted = observe(likelihood, params, predicted_trajectories(windows))
     residual = (predicted - data.observations) / data.noise_std
@@ -580,21 +444,17 @@ def log_likelihood(likelihood: ShootingLikelihood, params: Params, shooting: jax
 
 
 def _carried_profile(likelihood: ShootingLikelihood, params: Params, data: TrajectoryData,
-                     profile: StartProfile) -> LikelihoodTerms:
-    """`log_likelihood` of single-shooting windows from a carried profile (module doc)."""
+                     profile: profiled_start.StartProfile) -> LikelihoodTerms:
+    """`log_likelihood` of single-shooting windows from a carried profile
+    (`profiled_start.carried_residuals`)."""
     k = data.num_trajectories
-    residual = window_residuals(likelihood, params, profile.starts, data)       # (K, N)
-    jac = profile.jacobian                                                      # (K, N, S)
-    delta = jax.vmap(_gauss_newton_step)(jac, residual)                         # (K, S)
-    projected = residual + jnp.einsum('kni,ki->kn', jac, delta)
+    projected, moved = profiled_start.carried_residuals(likelihood, params, data, profile)
     per_trajectory = (-0.5 * jnp.sum(jnp.square(projected), axis=1)
                       - _trajectory_log_normaliser(data))
-    moved = profile.starts + jax.lax.stop_gradient(delta)
-    moved = jnp.where(jnp.isfinite(moved), moved, profile.starts)
     return LikelihoodTerms(log_lik=combine_trajectories(likelihood, per_trajectory),
                            per_trajectory=per_trajectory,
-                           defects=jnp.zeros((k, 0, likelihood.state_dim), residual.dtype),
-                           profile=profile._replace(starts=moved, age=profile.age + 1))
+                           defects=jnp.zeros((k, 0, likelihood.state_dim), projected.dtype),
+                           profile=moved)
 
 
 def combine_trajectories(likelihood, per_trajectory: jax.Array) -> jax.Array:
@@ -603,109 +463,6 @@ def combine_trajectories(likelihood, per_trajectory: jax.Array) -> jax.Array:
     if likelihood.combine == 'product':
         return likelihood.batch_scale * jnp.sum(per_trajectory)
     return jax.nn.logsumexp(per_trajectory) - jnp.log(per_trajectory.shape[0])
-
-
-@functools.singledispatch
-def window_residuals(likelihood: ShootingLikelihood, params: Params, starts: jax.Array,
-                     data: TrajectoryData) -> jax.Array:
-    """(K, (T + 1) O) noise-normalised residuals (y_sim - y) / sigma of single-shooting
-    windows (W = 1), window k simulated from the start state `starts[k]` (K, S) (a free
-    variable of the Gauss-Newton methods, `inference.levenberg_marquardt`; `data.x0` is the
-    measured one), every sample in time order, the start's first; NaN/inf where a
-    simulation diverged."""
-    k = data.num_trajectories
-    windows = simulate_windows(likelihood, params, starts,
-                               jnp.zeros((k, 0, starts.shape[-1]), starts.dtype), data.controls)
-    predicted = observe(likelihood, params, windows[:, 0])
-    return ((predicted - data.observations) / data.noise_std).reshape(k, -1)
-
-
-@functools.singledispatch
-def fit_window_starts(likelihood: ShootingLikelihood, params: Params, data: TrajectoryData,
-                      iterations: int = 5) -> jax.Array:
-    """(K, S) start states of single-shooting windows fitted to their whole windows at
-    fixed `params`: Gauss-Newton on `window_residuals` from the measured `data.x0`, each
-    window on its own (S x S normal equations, Jacobian by forward mode).
-
-    A window that starts at its noisy measured state carries that noise through every
-    predicted sample, which biases a fit and narrows its posterior (errors in variables);
-    the fitted start uses the whole window, so its error is a fraction of the noise."""
-    return _fitted_starts(likelihood, params, data, data.x0, iterations)[0]
-
-
-def _fitted_starts(likelihood: ShootingLikelihood, params: Params, data: TrajectoryData,
-                   guess: jax.Array, iterations) -> tuple[jax.Array, jax.Array]:
-    """((K, S) starts, (K, N, S) Jacobians of the last step) of `iterations` Gauss-Newton
-    steps on each single-shooting window's `window_residuals`, from `guess` (K, S)."""
-    def residual(start, controls, observations):
-        one = data._replace(x0=start[None], controls=controls[None],
-                            observations=observations[None], states=None)
-        return window_residuals(likelihood, params, start[None], one)[0]
-
-    def refine(start, controls, observations):
-        return _gauss_newton(functools.partial(residual, controls=controls,
-                                               observations=observations), start, iterations)
-
-    return jax.vmap(refine)(guess, data.controls, data.observations)
-
-
-def _gauss_newton_step(jac: jax.Array, residual: jax.Array) -> jax.Array:
-    """(S,) Gauss-Newton step -(J^T J)^-1 J^T r for a Jacobian (N, S) and residuals (N,),
-    the normal matrix regularised by 1e-12 of its trace."""
-    normal = jac.T @ jac
-    normal = normal + 1e-12 * jnp.trace(normal) * jnp.eye(normal.shape[0], dtype=normal.dtype)
-    return -jnp.linalg.solve(normal, jac.T @ residual)
-
-
-def _gauss_newton(residual, start: jax.Array, iterations) -> tuple[jax.Array, jax.Array]:
-    """(start (S,), Jacobian (N, S) at the last iterate before it) after `iterations` (an
-    int or a traced one >= 1) Gauss-Newton steps on `residual(start) -> (N,)`; a step to a
-    non-finite start keeps the start."""
-    def with_value(x):
-        r = residual(x)
-        return r, r
-
-    def step(_, carry):
-        x, _ = carry
-        jac, r = jax.jacfwd(with_value, has_aux=True)(x)
-        new = x + _gauss_newton_step(jac, r)
-        return jnp.where(jnp.all(jnp.isfinite(new)), new, x), jac
-
-    size = jax.eval_shape(residual, start).shape[0]
-    jac0 = jnp.zeros((size, start.shape[0]), start.dtype)
-    return jax.lax.fori_loop(0, iterations, step, (start, jac0))
-
-
-def start_profile(likelihood: ShootingLikelihood, data: TrajectoryData) -> StartProfile:
-    """An empty `StartProfile` for data shaped like `data` (fitted by the first
-    `refresh_start_profile`)."""
-    k, s = data.num_trajectories, likelihood.state_dim
-    n = data.observations.shape[1] * data.observations.shape[2]
-    nan = jnp.full((k, s), jnp.nan, data.x0.dtype)
-    return StartProfile(x0=nan, starts=jnp.zeros((k, s), data.x0.dtype),
-                        jacobian=jnp.zeros((k, n, s), data.x0.dtype),
-                        age=jnp.zeros((), jnp.int32))
-
-
-def profile_due(profile: StartProfile, data: TrajectoryData) -> jax.Array:
-    """() bool: profiles (StartProfile, or a batch of them with a leading particle axis) that
-    `refresh_start_profile` must refit: fitted on other data, or PROFILE_REFRESH evaluations
-    old."""
-    other = jnp.any(profile.x0 != data.x0)
-    return other | jnp.any(profile.age >= PROFILE_REFRESH)
-
-
-def refresh_start_profile(likelihood: ShootingLikelihood, params: Params, data: TrajectoryData,
-                          profile: StartProfile) -> StartProfile:
-    """`profile` refitted at `params` (module doc): on new data PROFILE_ITERATIONS
-    Gauss-Newton steps from the measured starts, else one from the carried starts; the
-    Jacobian that the last step used, age 0."""
-    same = jnp.all(profile.x0 == data.x0)
-    guess = jnp.where(same, profile.starts, data.x0)
-    iterations = jnp.where(same, 1, PROFILE_ITERATIONS)
-    starts, jacobian = _fitted_starts(likelihood, params, data, guess, iterations)
-    return StartProfile(x0=data.x0, starts=starts, jacobian=jacobian,
-                        age=jnp.zeros((), jnp.int32))
 
 
 @functools.singledispatch
