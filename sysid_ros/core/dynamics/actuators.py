@@ -1,9 +1,9 @@
 """Actuator and joint-friction models: commanded torque u -> torque applied at the joints.
 
-The rigid-body dynamics (`dynamics.aba`) conserve energy; real joints lose it to friction and
+The rigid-body dynamics (`rigid_body.aba`) conserve energy; real joints lose it to friction and
 real motors do not apply exactly the commanded torque. An actuator model
 `tau = g(q, qd, u; params)` sits between the command and the dynamics. The seven models span
-white box to black box, as in seed 001 (DiffNEA, Lutter et al. 2021) §3.4:
+white box to black box, as in DiffNEA (Lutter et al. 2021, §3.4):
 
 | name              | applied torque tau                                                | passive |
 |-------------------|-------------------------------------------------------------------|---------|
@@ -138,9 +138,10 @@ def nn_friction(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS)
       tau_f = -softplus(a) * qd - softplus(b) * tanh(qd / eps),
       tau = u - offset - damping * qd + tau_f,
 
-    a configuration- and speed-dependent viscous gain and Coulomb level. Seed 001's
-    NN-Friction learns a non-negative, state-dependent friction magnitude that opposes the
-    motion; softplus (rather than an absolute value) and tanh keep this version smooth.
+    a configuration- and speed-dependent viscous gain and Coulomb level. DiffNEA's
+    NN-Friction (Lutter et al. 2021) learns a non-negative, state-dependent friction
+    magnitude that opposes the motion; softplus (rather than an absolute value) and tanh
+    keep this version smooth.
 
     Passivity is exact, for any weights and in floating point: softplus(.) >= 0,
     qd_i^2 >= 0 and qd_i tanh(qd_i / eps) >= 0 (tanh keeps the sign of its argument), so every

@@ -50,7 +50,7 @@ def state_derivative(model: RobotModel, params: Params, x, u, actuator='viscous'
 
 
 def semi_implicit_euler(model: RobotModel, params: Params, x, u, dt, actuator='viscous'):
-    """One semi-implicit (symplectic) Euler step, seed 000 eq. 4.
+    """One semi-implicit (symplectic) Euler step (Heiden et al. 2022, eq. 4).
 
     qdd = aba(q_t, qd_t, tau_t);  qd_{t+1} = qd_t + dt qdd;  q_{t+1} = q_t + dt qd_{t+1}.
 
@@ -85,10 +85,7 @@ def rk4(model: RobotModel, params: Params, x, u, dt, actuator='viscous'):
     `semi_implicit_euler`); four forward-dynamics evaluations.
 
     The four stages run as a `lax.scan` over the tableau, so the program holds one
-    forward-dynamics evaluation instead of four: measured on 100-step rollout gradients, XLA
-    compiles it 3-5x faster (double pendulum 19.4 -> 5.9 s, 5-link chain 33 -> 6.6 s) and the
-    gradient runs faster too (5-link 5.1 -> 2.8 ms); a forward-only rollout of the 5-link
-    chain is ~30 % slower (0.48 -> 0.63 ms), the double pendulum's is not.
+    forward-dynamics evaluation instead of four and compiles several times faster.
     """
     f = functools.partial(state_derivative, model, params, u=u, actuator=actuator)
     tableau = jnp.asarray([RK4_SHIFT, RK4_WEIGHT], x.dtype).T * jnp.asarray([dt, 1.0], x.dtype)
@@ -133,7 +130,7 @@ def rollout(model: RobotModel, params: Params, x0, controls, dt,
     Each control sample `controls[t]` is held for `dt`, covered by `substeps` integration
     steps of length `dt / substeps`. The scan body is wrapped in `jax.checkpoint`: reverse-mode
     gradients store one state per control sample and recompute the step's internals, which
-    keeps memory small and, as measured for the Panda (ARCHITECTURE.md), compilation quicker.
+    keeps memory small and compilation quicker.
 
     Args:
       model: static tree.
@@ -163,9 +160,7 @@ def _rollout(model, params, x0, controls, dt, integrator, actuator, substeps):
     """`rollout`, jitted on its own. Inside a larger program (a likelihood, traced under
     vmap, jvp and linearize several times per program, and in several programs) its jaxpr
     and their transformations of it are then traced once and taken from JAX's caches; XLA
-    inlines the call, so the compiled program computes the same. Measured on the live
-    session's warm-up (double pendulum, CSVGD and Levenberg-Marquardt programs): 54 -> 41 s
-    with an empty compile cache, 24 -> 11 s with a full one (tracing is what remains)."""
+    inlines the call, so the compiled program computes the same."""
     step_fn = get_integrator(integrator)
     dtype = jnp.result_type(x0, controls, params.inertial)
     x0 = jnp.asarray(x0, dtype)

@@ -1,8 +1,8 @@
 """Joint transforms, motion subspaces and forward kinematics of a `RobotModel`.
 
-The transform from body `i`'s parent to body `i` is `T_O(placement_i) T_q(q_i)` (DiffNEA
-seed 001 eq. 8): a fixed placement (translation + URDF RPY) followed by the joint motion,
-a rotation about (revolute) or a translation along (prismatic) the joint axis.
+The transform from body `i`'s parent to body `i` is `T_O(placement_i) T_q(q_i)` (DiffNEA,
+Lutter et al. 2021, eq. 8): a fixed placement (translation + URDF RPY) followed by the joint
+motion, a rotation about (revolute) or a translation along (prismatic) the joint axis.
 """
 
 import functools

@@ -1,15 +1,14 @@
-"""Observation models: motion-capture points of tracked body frames (seed 000 §2.5).
+"""Observation models: motion-capture points of tracked body frames (Heiden et al. 2022, §2.5).
 
-A motion-capture system tracks a frame rigidly attached to a body. Following the seed, the
-observation of one tracked frame with world placement (R, p) is four points in the world
-(base) frame [m],
+A motion-capture system tracks a frame rigidly attached to a body. The observation of one
+tracked frame with world placement (R, p) is four points in the world (base) frame [m],
 
   y = [p_o, p_x, p_y, p_z] = [p, p + L R e_x, p + L R e_y, p + L R e_z]   (12,),
 
-its origin and the tips of its three axes at L = `AXIS_LENGTH` = 1 m (seed: "three points
-located 1m away from the origin into the x, y, and z direction"). Differences of such points
-compare orientations without any special treatment of SO(3) (a rotation error of 1 mrad moves
-an axis tip by 1 mm), so a Gaussian likelihood over them is a plain sum of squares.
+its origin and the tips of its three axes at L = `AXIS_LENGTH` = 1 m. Differences of such
+points compare orientations without any special treatment of SO(3) (a rotation error of
+1 mrad moves an axis tip by 1 mm), so a Gaussian likelihood over them is a plain sum of
+squares.
 
 The tracked frame is placed in its body's frame by a fixed offset `MocapFrame.offset`
 ([x, y, z] [m], then URDF roll, pitch, yaw [rad], as `Params.placement`), identity by default.
@@ -49,7 +48,7 @@ __all__ = [
     'mocap_trajectory',
 ]
 
-AXIS_LENGTH = 1.0          # [m], distance of the axis points from the origin (seed §2.5)
+AXIS_LENGTH = 1.0          # [m], distance of the axis points from the origin
 POINTS_PER_FRAME = 4       # origin, x, y and z axis tips
 _IDENTITY_OFFSET = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 

@@ -1,19 +1,18 @@
 """Rigid-body dynamics of kinematic trees: RNEA, CRBA, ABA and the joint-torque regressor.
 
 All functions take one state (no batch axes; batch with `jax.vmap`), work in body frames
-(Lie-algebra form of the DiffNEA seeds, Featherstone's RBDA ch. 5-7) and are differentiable
-with respect to state, torque and every leaf of `Params`. Bodies are visited in index order,
-parents before children (guaranteed by `io.model_io`). Rigid-body terms only, plus rotor
-armature on the mass-matrix diagonal; friction and actuator effects live in `actuators`.
+(Featherstone, RBDA ch. 5-7, in the Lie-algebra form of Lutter et al. 2020) and are
+differentiable with respect to state, torque and every leaf of `Params`. Bodies are visited
+in index order, parents before children (`io.model_io` orders them). Rigid-body terms only,
+plus rotor armature on the mass-matrix diagonal; friction and actuators live in `actuators`.
 
 CRBA uses 6D spatial algebra (`model.spatial`), and so does RNEA except on scanned chains.
-The ABA, which every simulation runs, and RNEA on chains are written for XLA:CPU under
-`vmap` (issue 18): canonical joint frames whose axis is z (motion subspaces become
-selections), 3-vectors and 3x3 blocks (`model.blocks`) rather than 6x6 products, an
-optimisation barrier after each stage, and derivatives by identity through RNEA (`aba`'s
-custom JVP). Each pass is one per-body step swept over the tree; on a chain the sweep is a
-`lax.scan`, so compile time does not grow with the number of bodies (Panda rollout
-gradient: 173 s -> 36 s on the loaded 2-core box). See the README's dynamics table.
+The ABA, which every simulation runs, and RNEA on chains work in canonical joint frames
+whose axis is z (motion subspaces become selections), on 3-vectors and 3x3 blocks
+(`model.blocks`) with an optimisation barrier after each stage, and the ABA's derivatives go
+through RNEA (its custom JVP): a formulation that XLA:CPU runs fast under `vmap`. Each pass
+is one per-body step swept over the tree; on a chain the sweep is a `lax.scan`, so compile
+time does not grow with the number of bodies.
 """
 
 import dataclasses
@@ -37,8 +36,7 @@ def rnea(model: RobotModel, params: Params, q, qd, qdd):
     """Inverse dynamics tau = M(q) qdd + C(q, qd) qd + g(q) (Featherstone RBDA Table 5.1).
 
     A `_scanned` chain runs it in canonical joint frames on 3-vectors, one `lax.scan` per
-    direction (Panda rollout gradient compile 173 s -> 36 s, but its reverse mode 0.6x as
-    fast); other trees run `_spatial_rnea`.
+    direction; other trees run `_spatial_rnea`.
 
     Args:
       q, qd, qdd: (nv,) joint positions [rad, m], velocities and accelerations.
@@ -59,9 +57,9 @@ def rnea(model: RobotModel, params: Params, q, qd, qdd):
 
 
 def _spatial_rnea(model: RobotModel, params: Params, q, qd, qdd):
-    """RNEA on 6D spatial algebra, unrolled over the bodies. For the trees that `_scanned`
-    leaves unrolled: double-pendulum rollout gradients ran 2.5x faster through it than
-    through the canonical-frame steps unrolled."""
+    """RNEA on 6D spatial algebra, unrolled over the bodies (the trees that `_scanned`
+    leaves unrolled, whose gradients run faster through it than through unrolled
+    canonical-frame steps)."""
     dtype = jnp.result_type(q, params.inertial)
     xs = _link_transforms(model, params, q)
     a0 = jnp.concatenate(_base_acceleration(model, dtype))
@@ -127,9 +125,7 @@ def _base_acceleration(model: RobotModel, dtype):
 
 def _scanned(model: RobotModel) -> bool:
     """True where the sweeps run as `lax.scan`s: an unbranched chain (body i's parent is i - 1)
-    of three or more bodies with one joint type. Measured at 1024 states: the Panda's ABA ran
-    2.6x faster scanned (and compiled 2.6x quicker), the double pendulum's 1.3x faster unrolled.
-    """
+    of three or more bodies with one joint type (shorter chains run faster unrolled)."""
     nb = model.num_bodies
     return (nb >= 3 and model.parents == tuple(range(-1, nb - 1))
             and len(set(model.joint_types)) == 1)
@@ -141,8 +137,7 @@ def _stack(trees):
 
 def _scan_step(step):
     """A sweep's step for `lax.scan`, rematerialised in reverse mode: the transposed scan keeps
-    only each body's inputs instead of every intermediate (Panda rollout gradients 1.1x
-    faster, interleaved A/B at batch 64)."""
+    only each body's inputs instead of every intermediate."""
     return jax.checkpoint(step, prevent_cse=False)
 
 
@@ -372,7 +367,7 @@ def _mass_solve(model: RobotModel, factor, rhs):
 def aba(model: RobotModel, params: Params, q, qd, tau):
     """Forward dynamics qdd = M(q)^-1 (tau - C(q, qd) qd - g(q)), articulated-body algorithm.
 
-    Featherstone RBDA Table 7.1 (seed 004, Algorithm 1) in canonical joint frames, on
+    Featherstone RBDA Table 7.1 (Lutter et al. 2020, Algorithm 1) in canonical joint frames, on
     3-vectors and 3x3 blocks. Its derivatives come from the identity
     d qdd = M^-1 (d tau - d RNEA(q, qd, qdd)) [d q, d qd, d params] (Carpentier & Mansard 2018):
     forward and reverse mode differentiate RNEA only and reuse the ABA's factorisation of M.

@@ -1,5 +1,5 @@
-"""Builders for the canonical systems of the seeds: n-link chains, double pendulum, cartpole,
-Furuta pendulum. Each returns `(RobotModel, Params)` with uniform-rod links.
+"""Builders for the canonical systems of the papers: n-link chains, double pendulum,
+cartpole, Furuta pendulum. Each returns `(RobotModel, Params)` with uniform-rod links.
 
 Frames: base z up, gravity -z. Planar pendulums swing in the x-z plane about y; at q = 0 the
 links hang straight down (-z).

@@ -7,7 +7,8 @@ rotates vectors of frame b into frame a and `p` (3,) is b's origin in a [m]. Its
   * `motion_act_inv(R, p, m)`  = Ad_{aMb}^{-1} m (motion in a -> motion in b)
   * `force_act(R, p, f)`       = Ad_{aMb}^{-*} f (force in b -> force in a)
 
-which are the Lie-algebra operators of the DiffNEA seeds (Kim 2012; Featherstone, RBDA §2).
+which are the Lie-algebra operators of DiffNEA (Lutter et al. 2020; Kim 2012; Featherstone,
+RBDA §2).
 """
 
 import jax.numpy as jnp
