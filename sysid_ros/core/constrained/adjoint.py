@@ -1,4 +1,4 @@
-"""Discrete adjoint gradient of a variational rollout (seed 002 eqs. 6-10, Lemma 1).
+"""Discrete adjoint gradient of a variational rollout (Caldwell et al. 2014, eqs. 6-10, Lemma 1).
 
 The variational step x_k+1 = f(x_k, rho) (`variational.step`) is implicit: z = (q_k+1, lam_k)
 solves G(z; x_k, rho) = 0 (`variational.step_residual`) and p_k+1 = D2 Ld + Fd^+.
@@ -13,7 +13,7 @@ Lemma 1 gives DJ = sum_k mu_k B_{k-1} + sum_k D2 l(x_k) + D2 m, with the costate
 mu_k = mu_{k+1} A_k + D1 l(x_k) from mu_kf = D1 l(x_kf) + D1 m(x_kf) (eqs. 9-10; the paper
 calls the costate lambda; here mu, to keep lambda for the constraint multipliers).
 
-`projected_armijo_descent` is the seed's optimiser: steepest descent with an Armijo line
+`projected_armijo_descent` is the paper's optimiser: steepest descent with an Armijo line
 search, projected onto box bounds; with `gauss_newton` it searches along the Gauss-Newton
 direction built from `forward_sensitivities` (the tangent-linear model of eq. 6) instead.
 """
@@ -197,8 +197,8 @@ def adjoint_gradient(system: MechanicalSystem, running_cost: Callable, terminal_
     return grad
 
 
-def forward_sensitivities(system: MechanicalSystem, states, info: variational.VariationalInfo, inputs,
-                          rho, dt):
+def forward_sensitivities(system: MechanicalSystem, states, info: variational.VariationalInfo,
+                          inputs, rho, dt):
     """S_k = dx_k/drho (kf + 1, 2nq, np) by the tangent-linear recursion of eq. 6,
     S_k+1 = A_k S_k + B_k from S_0 = 0 (x_0 does not depend on rho).
 
@@ -265,13 +265,13 @@ def projected_armijo_descent(value_and_grad: Callable, cost: Callable, rho0, low
                              max_iterations: int = 50, grad_tol: float = 1e-6,
                              max_backtracks: int = 30,
                              gauss_newton: bool = False) -> DescentResult:
-    """Descent with an Armijo line search under box bounds (seed 002 IV-E).
+    """Descent with an Armijo line search under box bounds (Caldwell et al. 2014, §IV-E).
 
-    rho_new = clip(rho - s d, lower, upper) along d = g (steepest descent, the seed's
+    rho_new = clip(rho - s d, lower, upper) along d = g (steepest descent, the paper's
     method) or, with `gauss_newton`, d = H^-1 g where `value_and_grad` also returns the
     Gauss-Newton matrix H (np, np) (2 J_r^T J_r for J = |r|^2). Accept the first s in
     step0 beta^j with J(rho_new) <= J(rho) - alpha g . (rho - rho_new) (alpha = beta = 0.4
-    in the seed). Runs on the host around jitted `value_and_grad` (rho -> (J, g) or
+    in the paper). Runs on the host around jitted `value_and_grad` (rho -> (J, g) or
     (J, g, H)) and `cost` (rho -> J); a non-finite cost (a failed rollout) counts as no
     decrease.
 

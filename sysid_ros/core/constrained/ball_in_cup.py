@@ -1,5 +1,5 @@
-"""Ball in a cup: a ball on an inextensible string hung from an arm's end effector (seed 001
-sections 3.3 and 4.1.3), and the identification of the string from motion capture.
+"""Ball in a cup: a ball on an inextensible string hung from an arm's end effector (Lutter et
+al. 2021, §3.3 and §4.1.3), and the identification of the string from motion capture.
 
 The arm's joint motion is known (measured joint positions, velocities, accelerations); its
 forward kinematics give the pose of the last arm body, and the string's anchor (the cup) is
@@ -347,7 +347,8 @@ def fit_string(cup: BallInCup, windows: Windows, string0: StringParams, dt,
 
 
 def cosine_excitation(t, amplitude, frequency):
-    """Slow cosine joint motion q = A (1 - cos(2 pi f t)) starting at rest (seed 001 4.1.3).
+    """Slow cosine joint motion q = A (1 - cos(2 pi f t)) starting at rest (Lutter et al.
+    2021, §4.1.3).
 
     Args:
       t: (T,) [s]; amplitude: (na,) [rad]; frequency: (na,) [Hz].

@@ -1,4 +1,6 @@
-"""Holonomic loop closure: an arm holding a flexible loop clamped at its far end (seed 002 IV-B).
+"""Holonomic loop closure: an arm holding a flexible loop clamped at its far end.
+
+The experiment of Caldwell et al. 2014, §IV-B.
 
 The loop is a ring of `num_links` rigid rods joined by two-axis joints with torsional springs.
 It is cut at the clamp into two branches that start at the arm's end effector H; the tip frame
@@ -99,8 +101,8 @@ def flexible_loop(num_links: int = 12, arm_lengths=(0.3, 0.3, 0.25, 0.25, 0.2, 0
       num_links: number of loop links (even, >= 4); the loop adds 2 num_links joints.
       arm_lengths, arm_masses: (na,) arm link lengths [m] (the first along z, the rest along
         x at q = 0) and masses [kg]; arm_axes: na joint axes from 'xyz'.
-      loop_radius, loop_mass: rest radius [m] and total mass [kg] of the loop (seed 002 IV-A:
-        0.355 m, 0.132 kg).
+      loop_radius, loop_mass: rest radius [m] and total mass [kg] of the loop (Caldwell et
+        al. 2014, §IV-A: 0.355 m, 0.132 kg).
 
     Raises:
       ValueError: for an odd or too small num_links, or mismatched arm lengths/axes/masses.
@@ -344,7 +346,7 @@ def four_bar(lengths=(1.0, 0.8, 0.9), masses=(1.0, 0.8, 0.9), q_ref=(0.6, -1.2, 
 
 
 def soft_relu(g, sharpness: float = 50.0):
-    """Softplus relaxation softplus(s g) / s of ReLU(g) (seed 001 3.3): an inequality
+    """Softplus relaxation softplus(s g) / s of ReLU(g) (Lutter et al. 2021, §3.3): an inequality
     g <= 0 becomes the equality soft_relu(g) = 0 with a smooth gradient."""
     return jax.nn.softplus(sharpness * g) / sharpness
 
@@ -372,8 +374,9 @@ def along_path(fn, q, qd, qdd):
 def derivative_level_penalty(inequality, q, qd, qdd, sharpness: float = 50.0):
     """Penalty h^2 + hd^2 + hdd^2 of h = soft_relu(g(q)) along a trajectory sample.
 
-    Enforces the relaxed inequality g(q) <= 0 "on the derivative level" (seed 001 3.3):
-    h, its first and second time derivatives along (qd, qdd) must vanish (`along_path`).
+    Enforces the relaxed inequality g(q) <= 0 "on the derivative level" (Lutter et al.
+    2021, §3.3): h, its first and second time derivatives along (qd, qdd) must vanish
+    (`along_path`).
 
     Args:
       inequality: q -> (nc,) constraint values g, feasible where <= 0.
@@ -397,7 +400,7 @@ def string_tension_force(ball, ball_velocity, anchor, anchor_velocity, anchor_ac
     C_ddot = 0 and lets a drift in length persist):
     lam = m (-2 w C_dot - w^2 C - r . (g - a_anchor) - |r_dot|^2) / |r|^2. The string only
     pulls (lam <= 0) and only acts when taut (|r| >= length - slack_tolerance); both
-    switches use the softplus relaxation of ReLU (seed 001 3.3), so the force is smooth in
+    switches use the softplus relaxation of ReLU (`soft_relu`), so the force is smooth in
     every argument and parameter.
 
     Args:

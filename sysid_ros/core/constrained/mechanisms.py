@@ -1,4 +1,4 @@
-"""Planar multibody mechanisms in dependent natural coordinates (Blanco-Claraco et al., seed 003).
+"""Planar multibody mechanisms in dependent natural coordinates (Blanco-Claraco et al. 2021).
 
 A mechanism is a set of points (fixed or free) joined by rigid uniform bars; a point shared by two
 bars is a revolute joint. The dependent coordinates `q` are the x, y of the free points, in point
@@ -156,7 +156,7 @@ def _check_unique(kind, names):
 
 
 def four_bar(crank_angle=0.0, masses=(1.0, 2.0, 4.0), damping=0.0, gravity=GRAVITY):
-    """The four-bar linkage of the seed (section 7, Fig. 6).
+    """The four-bar linkage of Blanco-Claraco et al. 2021 (section 7, Fig. 6).
 
     Ground pivots A = (0, 0) and B = (4, 0); crank A-1 (1 m, 1 kg), coupler 1-2 (2 m, 2 kg),
     rocker 2-B (sqrt(13) m, 4 kg); at crank angle 0, 1 = (1, 0) and 2 = (1, 2). The crank angle

@@ -9,16 +9,14 @@ with F the Fisher information of the M free parameters at the design point theta
 form of the configured likelihood (`residual`: the output error's acceleration-space
 `information.fisher_information`, or the equation error's torque-space
 `information.equation_error_information` with the noise its filter leaves), on a design
-grid, S = diag(scale) a scaling to unit-free
-parameters (e.g. each bound's width) that makes the condition number meaningful, P the prior
-precision in those scaled units (the uniform prior over the bounds, 12 / width^2 scaled: 12,
-or a posterior's; it keeps the determinant finite when a parameter is not identifiable at all,
-e.g. an inertia about an axis that a planar motion never turns), and the use ratios of
-`limits.usage` of the positions, velocities, accelerations and commands (the commands'
-envelope over the parameters the prior still allows, `effort_envelope`: a motion planned at
-theta alone saturated the double pendulum's motors for 2 of 5 hidden truths and lost
-tracking). D-optimality
-(log det) minimises the volume of the confidence ellipsoid; unlike the condition number of
+grid, S = diag(scale) a scaling to unit-free parameters (e.g. each bound's width) that makes
+the condition number meaningful, P the prior precision in those scaled units (the uniform
+prior over the bounds, 12 / width^2 scaled: 12, or a posterior's; it keeps the determinant
+finite when a parameter is not identifiable at all, e.g. an inertia about an axis that a
+planar motion never turns), and the use ratios of `limits.usage` of the positions,
+velocities, accelerations and commands (the commands' envelope over the parameters the
+prior still allows, `effort_envelope`, so that the motion stays within the effort limits for
+a robot whose parameters differ from theta). D-optimality (log det) minimises the volume of the confidence ellipsoid; unlike the condition number of
 the classic designs it is invariant to the units (S only adds a constant), smooth, and
 rewards information on every parameter that is still uncertain given the prior.
 
@@ -57,7 +55,7 @@ class DesignProblem:
     Attributes:
       model: static tree; spec: the free parameters; base: Params of the rest.
       theta: (M,) design point in physical units (the information is taken there).
-      actuator: one of `core.dynamics.control.ADDITIVE_ACTUATORS`.
+      actuator: one of `dynamics.control.ADDITIVE_ACTUATORS`.
       limits: `limits.Limits` (margins applied).
       q0: (nv,) start and end position [rad, m].
       duration: [s]; base_frequency: f0 [Hz]; harmonics: L.

@@ -3,13 +3,11 @@ configured likelihood: acceleration space for the output error (`fisher_informat
 space with the noise the causal filter leaves for the equation error
 (`equation_error_information`).
 
-Output error (`fisher_information`).
-
-For a motion q(t) whose velocities and accelerations are known exactly (a design), the
-command that produces it is the inverse dynamics plus friction, u = rnea(q, qd, qdd; theta)
-+ f(q, qd; theta) (`core.dynamics.control.command_torque`). Recorded data carry the commands
-exactly and noisy joint states, and every estimator of this package fits the states the
-model predicts (output error), so the information is taken where a wrong theta shows in the
+Output error (`fisher_information`). For a motion q(t) whose velocities and accelerations are
+known exactly (a design), the command that produces it is the inverse dynamics plus friction,
+u = rnea(q, qd, qdd; theta) + f(q, qd; theta) (`dynamics.control.command_torque`). Recorded
+data carry the commands exactly and noisy joint states, and the output-error fit compares
+the states the model predicts, so the information is taken where a wrong theta shows in the
 data: the acceleration error it causes, M(q)^-1 (u - rnea - f), per sample. With velocities
 measured at rate r with noise std s_qd, an acceleration is seen with noise std
 s_a = sqrt(2) s_qd r (a difference of two samples over 1 / r), and each sample k contributes
@@ -17,21 +15,12 @@ s_a = sqrt(2) s_qd r (a difference of two samples over 1 / r), and each sample k
     F_k = J_k^T M_k^-T diag(1 / s_a^2) M_k^-1 J_k,    J_k = d u / d theta  (nv, M),
 
 the derivative of the residual at the true theta (the residual itself is zero there, so the
-derivative of M^-1 does not enter). This is the equation-error Fisher information (torque
-residuals, FIM = J^T J / s^2) expressed in the acceleration space that the output-error fit
-sees: weighting torques by M^-1 gives a light wrist joint the weight that its large
-accelerations have in the data, where raw torque residuals would weight the heavy base
-joints. It needs only one inverse-dynamics Jacobian and one mass matrix per sample, which
-keeps the design's gradients cheap; the output-error information of a simulated recording
-(integrating the sensitivities through the dynamics) costs a rollout per evaluation.
-Measured (bench/excitation.py, one truth): lm's output-error std was 0.11 times this
-prediction on the double pendulum and 9 times it on the arm, so it ranks motions wrongly.
-
-The output-error information itself (sensitivities of the simulated states over shooting
-windows, starts profiled out, as lm fits them) predicted lm's std on the double pendulum to
-within 0.74-1.67 per parameter at lm's window of 0.25 s, but it grows with the window, which
-lm chooses from the data; it was built and tested in commit f23ec8a and taken out again
-while no design uses it.
+derivative of M^-1 does not enter). This is the equation-error information (torque
+residuals, J^T J / s^2) expressed in the acceleration space that the output-error fit sees:
+weighting torques by M^-1 gives a light wrist joint the weight that its large accelerations
+have in the data. It needs one inverse-dynamics Jacobian and one mass matrix per sample,
+which keeps the design's gradients cheap; it approximates the information of the
+output-error fit and may rank motions differently from it.
 """
 
 import jax
@@ -54,7 +43,7 @@ def fisher_information(model: RobotModel, spec: ParameterSpec, base: Params, the
       q, qd, qdd: (T, nv) the motion [rad, rad/s, rad/s^2 or m, m/s, m/s^2].
       accel_std: (nv,) or scalar noise std of an observed acceleration [rad/s^2, m/s^2].
       weight: recorded samples that each row of the motion stands for (scalar) [-].
-      actuator: one of `control.ADDITIVE_ACTUATORS` (static).
+      actuator: one of `dynamics.control.ADDITIVE_ACTUATORS` (static).
 
     Returns:
       (M, M) information [1 / physical units^2].
@@ -74,7 +63,7 @@ def equation_error_information(model: RobotModel, spec: ParameterSpec, base: Par
                                qd, qdd, state_var, torque_var, noise_std=None, weight=1.0,
                                actuator='viscous'):
     """Inverse of the covariance of the equation-error fit of `theta` from the motion
-    (`core.likelihoods.equation_error`: residuals r = tau - u(q, qd, qdd; theta) of filtered
+    (`likelihoods.equation_error`: residuals r = tau - u(q, qd, qdd; theta) of filtered
     samples, joint j weighted by 1 / sigma_j^2).
 
     The filtered samples carry noise: the filter's outputs of white sensor noise, of
@@ -106,7 +95,7 @@ def equation_error_information(model: RobotModel, spec: ParameterSpec, base: Par
       torque_var: (nv,) noise variance of the filtered torques [N^2 m^2, N^2].
       noise_std: (nv,) the fit's configured residual std [N m, N], or None (estimated).
       weight: kept samples that each row of the motion stands for (scalar) [-].
-      actuator: one of `control.ADDITIVE_ACTUATORS` (static).
+      actuator: one of `dynamics.control.ADDITIVE_ACTUATORS` (static).
 
     Returns:
       (M, M) information [1 / physical units^2].

@@ -15,23 +15,19 @@ combined over the K pieces as the shooting likelihood combines its trajectories 
 or 'sum', `likelihood.combine_trajectories`). Nothing is simulated: a step costs one RNEA
 per kept sample, and u is linear in the inertial parameters and friction coefficients.
 
-Causal filter (`filter_samples`; Savitzky & Golay 1964). Accelerations are not measured.
-q, qd and tau go through one causal FIR of L = 2 D + 1 taps, the least-squares cubic through
-the last L samples read at their middle sample: its value smooths q, qd and tau, its slope
-through the measured velocities gives qdd. The value is exact for polynomials of degree 3
-and the slope for degree 4, so the filter's own error falls as (L dt)^4; a longer filter
-passes less sensor noise into qdd, whose noise in the regressors pulls inertial estimates
-towards zero (errors in variables). The output at t_k uses samples up to t_k only and
-estimates every signal at t_{k - D} (linear phase: one delay D dt for all, so q, qd, qdd and
+Causal filter (`filter_samples`; Savitzky & Golay 1964). q, qd and tau go through one causal
+FIR of L = 2 D + 1 taps, the least-squares cubic through the last L samples read at their
+middle sample: its value smooths q, qd and tau, its slope through the measured velocities
+gives the unmeasured qdd (exact for polynomials of degree 4). The output at t_k uses samples
+up to t_k only and estimates every signal at t_{k - D} (one delay for all, so q, qd, qdd and
 tau stay aligned). tau[k] is held from t_k to t_{k+1}, so the torque at the instant t_k is
-the mean of the commands either side, (tau[k-1] + tau[k]) / 2. The first L - 1 samples of a
-trajectory only fill the filter.
+(tau[k-1] + tau[k]) / 2. The first L - 1 samples of a trajectory only fill the filter.
 
 Timing (`TorqueData.timing_std`). Torques and joint states offset in time by delta give
-tau(t + delta) ~ tau(t) + delta tau'(t), which reads as a spurious damping. Each piece k
-carries an unknown offset delta_k ~ N(0, s_t^2), marginalised: its residuals have the
-covariance diag(sigma^2) + s_t^2 v_k v_k^T, v_k the piece's torque rates tau' (the filter's
-slope of the torque) stacked over samples and joints. With r~ and v~ divided by sigma
+tau(t + delta) ~ tau(t) + delta tau'(t). Each piece k carries an unknown offset
+delta_k ~ N(0, s_t^2), marginalised: its residuals have the covariance
+diag(sigma^2) + s_t^2 v_k v_k^T, v_k the piece's torque rates tau' (the filter's slope of the
+torque) stacked over samples and joints. With r~ and v~ divided by sigma
 (Sherman-Morrison),
 
     log p_k = -1/2 (|r~|^2 - s_t^2 (v~^T r~)^2 / (1 + s_t^2 |v~|^2))

@@ -1,9 +1,9 @@
 """DiffNEA losses: one-step and multi-step prediction errors of the forward dynamics.
 
-DiffNEA (seed 001, Lutter et al. 2021, §3.1 and §4.1.2) learns physical parameters by
-minimising the squared error of the forward model: simulate the robot with the candidate
-parameters (ABA + actuator model + integrator, `core.integrators`) and compare with the
-measured states. Two losses are provided, both over `Segments` of a measured trajectory:
+DiffNEA (Lutter et al. 2021, §3.1 and §4.1.2) learns physical parameters by minimising the
+squared error of the forward model: simulate the robot with the candidate parameters (ABA +
+actuator model + integrator, `integrators`) and compare with the measured states. Two losses,
+both over `Segments` of a measured trajectory:
 
   * one-step (`one_step_loss`): from every measured state x_t and command u_t predict
     x_{t+1} with one integrator step (teacher forcing); the error is normalised per state
@@ -154,7 +154,7 @@ def one_step_loss(model: RobotModel, params: Params, segments: Segments, dt,
       params: physical parameters.
       segments: measured data (`make_segments`).
       dt: control period [s].
-      integrator, actuator: names or callables (static), see `core.integrators`.
+      integrator, actuator: names or callables (static), see `integrators.rollout`.
       substeps: integration steps per control period (static).
 
     Returns:
@@ -209,8 +209,8 @@ class LossFn:
       model: static tree.
       kind: 'one_step' or 'rollout'.
       dt: control period [s].
-      integrator, actuator: names (or hashable callables) of `core.integrators` /
-        `core.actuators`.
+      integrator, actuator: names (or hashable callables) of `integrators.INTEGRATORS` /
+        `actuators.ACTUATORS`.
       substeps: integration steps per control period.
     """
 

@@ -1,10 +1,10 @@
-"""Consistency metrics between sets of trajectories or parameter particles (seed 000, Table 2).
+"""Consistency metrics between sets of trajectories or parameter particles.
 
-The CSVGD paper (seed 000, Heiden et al. 2022, supplement §1.4 and Table 2) scores a posterior
+The CSVGD paper (Heiden et al. 2022, supplement §1.4 and Table 2) scores a posterior
 by simulating one trajectory per particle and comparing the set of simulated trajectories
 D_sim (M, T, D) with a set of held-out real trajectories D_real (N, T, D):
 
-  * `trajectory_kl`: the k-nearest-neighbour estimate of KL divergence (seed eq. (3), from
+  * `trajectory_kl`: the k-nearest-neighbour estimate of KL divergence (their eq. (3), from
     Wang, Kulkarni & Verdú 2009), in both directions d_KL(D_real || D_sim) and
     d_KL(D_sim || D_real), with k = l = 3. Each trajectory is one sample, a point in R^(T D);
     `knn_kl_divergence` is the same estimator on plain sample sets, e.g. parameter particles
@@ -67,7 +67,7 @@ def knn_kl_divergence(p_samples, q_samples, k: int = 3, l: int = 3, *,  # noqa: 
 
     The estimator of Wang, Kulkarni & Verdú, "Divergence estimation for multidimensional
     densities via k-nearest-neighbor distances", IEEE Trans. Inf. Theory 55(5), 2009 (their
-    eq. (17) with fixed k and l), which is eq. (3) of the CSVGD supplement (seed 000, §1.4):
+    eq. (17) with fixed k and l), which is eq. (3) of the CSVGD supplement (§1.4):
 
         KL(p || q) ~ d/n sum_i log(nu_k(i) / rho_l(i)) + psi(l) - psi(k) + log(m / (n - 1)),
 
@@ -75,9 +75,9 @@ def knn_kl_divergence(p_samples, q_samples, k: int = 3, l: int = 3, *,  # noqa: 
       nu_k(i)  is the distance from x_i to its k-th nearest neighbour among the m samples of q,
       rho_l(i) is the distance from x_i to its l-th nearest neighbour among the other n - 1
                samples of p,
-    d is the dimension of the samples and psi the digamma function. (The seed writes these two
+    d is the dimension of the samples and psi the digamma function. (The paper writes these two
     distances as KNN^p_k(i) and KNN^q_l(i); its definitions in words are the ones above.) The
-    digamma term removes the estimator's asymptotic bias for k != l and vanishes for the seed's
+    digamma term removes the estimator's asymptotic bias for k != l and vanishes for the paper's
     choice k = l = 3. Distances are Euclidean, so rescale dimensions with different units first.
 
     The estimate is consistent but not exact: at n = m = 2000 in 1 to 3 dimensions its standard
@@ -132,13 +132,13 @@ def trajectory_kl(real, sim, k: int = 3, l: int = 3, *, reverse: bool = False,  
                   scale=None, min_dist: float = _MIN_DIST) -> float:
     """KNN estimate of the KL divergence between a real and a simulated set of trajectories.
 
-    As in the CSVGD supplement (seed 000, §1.4 eq. (3) and Table 2), each trajectory is one
+    As in the CSVGD supplement (§1.4 eq. (3) and Table 2), each trajectory is one
     sample: it is flattened to a vector of length T D, distances between trajectories are
     Euclidean over all time steps and dimensions, and d in eq. (3) is the dimension of these
-    vectors, T D (which is why the seed's values are in the thousands). The estimator is
+    vectors, T D (which is why the paper's values are in the thousands). The estimator is
     `knn_kl_divergence` with k = l = 3 by default.
 
-    The seed reports both directions: `trajectory_kl(real, sim)` is d_KL(D_real || D_sim), and
+    The paper reports both directions: `trajectory_kl(real, sim)` is d_KL(D_real || D_sim), and
     `trajectory_kl(real, sim, reverse=True)` is d_KL(D_sim || D_real).
 
     Args:
@@ -148,7 +148,7 @@ def trajectory_kl(real, sim, k: int = 3, l: int = 3, *, reverse: bool = False,  
       l: neighbour order in the first set of the divergence.
       reverse: False for d_KL(real || sim), True for d_KL(sim || real).
       scale: optional (D,) or scalar divisor of each observed dimension before the distances
-        are taken (e.g. per-dimension standard deviations, seed §1.3); None leaves data as is.
+        are taken (e.g. per-dimension standard deviations, §1.3); None leaves data as is.
       min_dist: distance floor, see `knn_kl_divergence`.
 
     Returns:
@@ -199,11 +199,11 @@ def mmd(x, y, bandwidth=None, *, unbiased: bool = True) -> jax.Array:
           MMD^2_u = mean_{i!=j} k(x_i, x_j) + mean_{i!=j} k(y_i, y_j) - 2 mean_{i,j} k(x_i, y_j),
         biased (their eq. (5), V-statistic): the same with the diagonals kept in the means.
 
-    The seed (000, Table 2) reports an "MMD" column without giving its estimator, kernel or
+    The CSVGD paper (Table 2) reports an "MMD" column without giving its estimator, kernel or
     bandwidth; we default to the unbiased estimate, whose expectation is exactly MMD^2 (zero for
     equal distributions; single estimates may be slightly negative). Both are at most 2 with
-    this kernel, so the seed's values above 2 (SGLD SS, 2.12) come from a different
-    normalisation: compare rankings with the seed, not magnitudes.
+    this kernel, so the paper's values above 2 come from a different normalisation: compare
+    rankings with it, not magnitudes.
 
     Samples of any trailing shape are flattened, so trajectory sets (N, T, D) compare as
     vectors of length T D, as `trajectory_kl` does. With `bandwidth=None`, h is the median
@@ -263,8 +263,8 @@ def gaussian_log_likelihood(pred, obs, noise_std) -> jax.Array:
 
         log p(obs | pred) = sum over all entries of log N(obs; pred, noise_std^2),
 
-    the single-shooting Gaussian trajectory likelihood (seed 000, §1.2) evaluated on held-out
-    data. Sums over every entry; `jax.vmap` it for one value per trajectory.
+    the single-shooting Gaussian trajectory likelihood (Heiden et al. 2022, §1.2) evaluated
+    on held-out data. Sums over every entry; `jax.vmap` it for one value per trajectory.
 
     Args:
       pred: (..., D) predicted observations, e.g. a simulated trajectory (T, D).
@@ -285,7 +285,7 @@ def predictive_log_likelihood(real, sim, noise_std) -> jax.Array:
     """Log-likelihood of held-out trajectories under the posterior predictive mixture.
 
     Each simulated trajectory (one per particle or posterior sample) is the centre of an
-    equally weighted Gaussian component, the mixture of seed 000 eq. (1):
+    equally weighted Gaussian component, the mixture of Heiden et al. 2022, eq. (1):
 
         sum_i log( 1/M sum_j N(real_i; sim_j, noise_std^2) ),
 
