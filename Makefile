@@ -6,6 +6,7 @@
 #   make demo        the live demo: sim_robot + estimator nodes over loopback DDS (`sysid demo`)
 #   make bench       every script in bench/ (BENCH_ARGS=--quick for the short variants)
 #   make colcon      colcon build of this package into $(COLCON_DIR)
+#   make docs        the documentation site (docs/, mkdocs.yml), built strict into $(SITE_DIR)
 
 SHELL := /bin/bash
 
@@ -33,6 +34,7 @@ PYTEST_WORKERS ?= 2
 # 32.1 -> 30.7 min; 2 cores, fresh compile cache).
 PYTEST_DIST ?= loadfile
 COLCON_DIR ?= $(or $(TMPDIR),/tmp)/sysid_ros_colcon
+SITE_DIR ?= .site
 
 # Any ROS 2 participant started from here (tests, demo, benchmarks, nodes) stays on this
 # machine: see config/fastdds_localhost.xml. JAX_ENABLE_X64 is deliberately not set here; the
@@ -40,7 +42,7 @@ COLCON_DIR ?= $(or $(TMPDIR),/tmp)/sysid_ros_colcon
 export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export FASTDDS_DEFAULT_PROFILES_FILE := $(CURDIR)/config/fastdds_localhost.xml
 
-.PHONY: .venv test test-slow demo bench colcon
+.PHONY: .venv test test-slow demo bench colcon docs
 
 .venv: $(STAMP)
 
@@ -73,13 +75,14 @@ test-slow: .venv
 demo: .venv
 	$(VENV)/bin/sysid demo
 
-# bench/experiment_*.py are the experiments that bench/inference.py imports and runs.
+# bench/experiment_*.py are the experiments that bench/inference.py imports and runs. Each
+# script runs as a module of the package bench (python -m bench.<name>) from the repository root.
 BENCH_SCRIPTS := $(sort $(filter-out bench/_% bench/experiment_%,$(wildcard bench/*.py)))
 
 bench: .venv
 	@test -n "$(BENCH_SCRIPTS)" || echo "no benchmark scripts in bench/ yet"
 	@set -e; for script in $(BENCH_SCRIPTS); do \
-	    echo "== $$script"; $(PY) $$script $(BENCH_ARGS); \
+	    echo "== $$script"; $(PY) -m bench.$$(basename $$script .py) $(BENCH_ARGS); \
 	done
 
 # Builds as a ROS 2 workspace would (colcon-ros finds package.xml: ament_python), outside the
@@ -89,3 +92,10 @@ colcon: .venv
 	$(VENV)/bin/colcon --log-base $(COLCON_DIR)/log build --base-paths . \
 	    --build-base $(COLCON_DIR)/build --install-base $(COLCON_DIR)/install
 	@echo "installed into $(COLCON_DIR)/install (source $(COLCON_DIR)/install/setup.bash)"
+
+# Warnings fail the build (mkdocs.yml: strict), as in test/test_docs.py; the references are
+# generated from the code by docs/hooks/reference.py. Material's banner about MkDocs 2.0 is
+# not a warning of the build and is left out.
+docs: .venv
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir $(SITE_DIR)
+	@echo "open $(SITE_DIR)/index.html"

@@ -9,7 +9,7 @@ force, Baumgarte-stabilised), sampled at 100 Hz with Gaussian noise. Identificat
 shooting over 0.3 s windows with free window starts, Levenberg-Marquardt (Schur complement)
 from length 0.33 m, anchor 0, drag 0.2 1/s. The seed identified the real string (no numbers
 to compare); we report the error against the known truth and the reported standard
-deviation. Run: python bench/ball_in_cup.py [--quick]
+deviation. Run: python -m bench.ball_in_cup [--quick]
 """
 
 import argparse

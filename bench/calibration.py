@@ -44,7 +44,7 @@ Coverage of a nominal level over n independent truths x M parameters is binomial
 method is calibrated: the table gives the pooled rate with its binomial standard error.
 
 Usage:
-  .venv/bin/python bench/calibration.py [--cases pendulum dp chain3] [--methods lm csvgd ...]
+  .venv/bin/python -m bench.calibration [--cases pendulum dp chain3] [--methods lm csvgd ...]
       [--truths 100] [--settings exact finer mujoco] [--online N]
       [--online-data exact mujoco] [--online-set SECTION.KEY=VALUE ...]
       [--set estimator.KEY=VALUE ...] [--quick] [--out DIR]
@@ -71,14 +71,12 @@ import numpy as np
 import yaml
 from scipy import stats
 
+from bench import heldout
 from sysid_ros.core.inference import intervals, registry
 from sysid_ros.io import config as config_io
-from sysid_ros.io import fitting, online, pipeline, simulation
+from sysid_ros.io import online, pipeline, simulation
 from sysid_ros.io.window_buffer import Window
 from sysid_ros.io.trajectory import Trajectory
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import heldout  # noqa: E402
 
 LEVELS = (0.5, 0.9, 0.95)
 RATE = 100.0                  # [Hz]
@@ -226,7 +224,7 @@ def particle_rank(particles: np.ndarray, truth: np.ndarray, rng: np.random.Gener
     return (below + rng.uniform(size=below.shape)) / (particles.shape[0] + 1)
 
 
-def posterior_checks(result: fitting.FitResult, truth: np.ndarray, rng: np.random.Generator
+def posterior_checks(result: pipeline.FitResult, truth: np.ndarray, rng: np.random.Generator
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """SBC rank (M,), interval membership (len(LEVELS), M) of a truth under a fit (the
     intervals are the fit's own, `FitResult.interval`, as `estimate.yaml` reports them) and
@@ -403,8 +401,15 @@ def plot_ranks(path: str, groups: dict[str, list[Draw]], bins: int = 10) -> None
     plt.close(fig)
 
 
+def _label(method: str) -> str:
+    """The name of a method's intervals in the summary: the method, or what its intervals
+    are read from when not its particles (lm: 'laplace')."""
+    entry = registry.lookup(method)
+    return method if entry.intervals == 'particles' else entry.intervals
+
+
 def symptom(warning: str) -> str:
-    """A warning line of `fitting.diagnose` shortened to its kind."""
+    """A warning line of `diagnosis.diagnose` shortened to its kind."""
     for key, kind in (('did not converge', 'budget'), ('spread', 'spread'),
                       ('never moved', 'unmoved'), ('defects', 'defects'),
                       ('misses the data', 'loss'), ('one particle', 'one particle'),
@@ -503,8 +508,7 @@ def main(argv=None) -> int:
                 draws = run_case(problem, record, key, method, args.truths, args.seed)
                 groups[key] = draws
                 pooled = print_table(key, draws, names)
-                label = 'laplace' if method == 'lm' else method
-                summary[f'{case}_{setting}_{label}_cov90'] = pooled[1]
+                summary[f'{case}_{setting}_{_label(method)}_cov90'] = pooled[1]
     for data in args.online_data if args.online else ():
         prefix = 'online' if data == 'exact' else f'online_{data}'
         names, by_windows, by_windows_laplace = online_draws(args.online, args.seed,
@@ -521,7 +525,7 @@ def main(argv=None) -> int:
         summary[f'{prefix}_cov90'] = summary[f'{prefix}_w{max(CHECKPOINTS)}_cov90']
 
     for method in args.methods:
-        label = 'laplace' if method == 'lm' else method
+        label = _label(method)
         mine = [d for key, draws in groups.items() if key.endswith('/' + method) for d in draws]
         pooled = np.concatenate([d.inside for d in mine], axis=1).mean(axis=1)
         for level, value in zip(LEVELS, pooled):

@@ -32,7 +32,7 @@ against Pinocchio on frax's URDF before they are timed. The last line is
 `RESULT dynamics key=value ...`.
 
 Usage:
-  python bench/dynamics.py [--quick] [--devices N]
+  python -m bench.dynamics [--quick] [--devices N]
 
 `--devices N` splits the particle axis over N XLA host devices (XLA runs one computation
 mostly on one core, so N = number of cores uses them all); batches smaller than N run on one.
@@ -40,7 +40,6 @@ mostly on one core, so N = number of cores uses them all); batches smaller than 
 
 import argparse
 import os
-import sys
 import time
 
 
@@ -58,8 +57,6 @@ ARGS = _parse_args()
 if ARGS.devices > 1:
     os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                                f' --xla_force_host_platform_device_count={ARGS.devices}')
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import importlib.util  # noqa: E402
 import warnings  # noqa: E402
@@ -73,7 +70,7 @@ from jax.sharding import Mesh, PartitionSpec  # noqa: E402
 from sysid_ros.core.model import builders  # noqa: E402
 from sysid_ros.core.dynamics import rigid_body  # noqa: E402
 from sysid_ros.core.dynamics import integrators  # noqa: E402
-import batched_dynamics  # noqa: E402
+from bench import batched_dynamics  # noqa: E402
 from sysid_ros.io import model_io, urdf_export  # noqa: E402
 
 try:

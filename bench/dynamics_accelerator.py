@@ -15,25 +15,20 @@ Before timing, each result is checked against the same jitted function on the ho
 Pinocchio (which loads the Panda's URDF) is often missing on an accelerator machine, so the
 models travel as a pickle made where it is installed:
 
-  python bench/dynamics_accelerator.py --export models.pkl       # here: needs Pinocchio
-  python bench/dynamics_accelerator.py --models models.pkl       # there: JAX only
+  python -m bench.dynamics_accelerator --export models.pkl       # here: needs Pinocchio
+  python -m bench.dynamics_accelerator --models models.pkl       # there: JAX only
 
 Without `--models` only the double pendulum (built in JAX) is measured.
 """
 
 import argparse
-import os
 import pickle
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-import batched_dynamics  # noqa: E402
+from bench import batched_dynamics
 from sysid_ros.core.dynamics import rigid_body  # noqa: E402
 from sysid_ros.core.model import builders  # noqa: E402
 

@@ -19,7 +19,7 @@ Each likelihood (`estimator.residual`) is fitted from the nominal model by
 Reported per parameter: truth, estimate +- std and |error| / std of both.
 
 Usage:
-  .venv/bin/python bench/equation_error.py [--duration 20] [--particles 32] [--steps 20]
+  .venv/bin/python -m bench.equation_error [--duration 20] [--particles 32] [--steps 20]
       [--lm-iterations 100] [--residuals ee oe] [--substeps 1] [--seed 0] [--quick]
 (--quick: 10 s, 8 particles, 5 csvgd steps, 30 lm steps.) Last line: `RESULT equation_error
 key=value ...` with per likelihood (ee, oe): lm_wall_s, lm_step_s, lm_iterations,
@@ -52,15 +52,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bench import heldout
 from sysid_ros.core.dynamics import control
 from sysid_ros.core.inference import particles
 from sysid_ros.core.model import edits
 from sysid_ros.io import config as config_io
 from sysid_ros.io import pipeline
 from sysid_ros.io.trajectory import Trajectory
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import heldout  # noqa: E402
 
 CONFIG = pathlib.Path(__file__).resolve().parent.parent / 'config' / 'panda.yaml'
 PAYLOAD_MASS = 1.0                                   # [kg]

@@ -67,7 +67,7 @@ Cases:
        holds joint 2 at 93 % of its budget). 5 s design, T = 10 s (5 s with --quick).
 
 Usage:
-  .venv/bin/python bench/excitation.py [--cases dp arm] [--truths N] [--seed N] [--quick]
+  .venv/bin/python -m bench.excitation [--cases dp arm] [--truths N] [--seed N] [--quick]
       [--residual output_error|equation_error] [--torque-noise S]
 (--quick: one truth per case, T = one designed period, fitted at T only.)
 
@@ -84,7 +84,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import pathlib
 import sys
 import time
 from typing import Callable
@@ -93,13 +92,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bench import heldout
 from sysid_ros.core.dynamics import control
 from sysid_ros.io import config as config_io
 from sysid_ros.io import excitation, pipeline, simulation
 from sysid_ros.io.trajectory import Trajectory
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import heldout  # noqa: E402
 
 RATE = 100.0                                 # [Hz] (heldout's 200 Hz doubles lm's cost)
 TRACKING_FREQUENCY = 2.0 * np.pi * 10.0      # [rad/s] of the computed-torque law

@@ -50,27 +50,18 @@ say whether it added noise); all dimensions are divided by the standard deviatio
 observations, then trajectory_kl (k = l = 3) in both directions and the unbiased RBF MMD^2
 (median heuristic) compare the two sets. A simulation that diverges is dropped and counted.
 
-Methods, all started from the same P scrambled-Sobol particles (seed §1.1), all run for the
-same number of iterations N with P particles / chains / walkers (hyper-parameters in
-`method_settings`, chosen on pilot runs of this problem, see the report):
-  * SVGD (SS) and CSVGD (MS): `csvgd.make_csvgd` with Adam (1e-1, linear decay to 1e-2 over
-    the last fifth), MDMM mu = 3, alpha = 0.1, SVGD's kernel over the whole particle
-    (kernel='all'); SS is the same estimator with one window (no shooting states), i.e.
-    plain SVGD. Chosen on a pilot grid of 8 settings (Adam 5e-2 / 1e-1 / 2e-1, mu 1 / 3 /
-    10, kernel 'parameters' / 'all', 300 and 1000 iterations) by the median training
-    log-likelihood of the final particles: with the module defaults (5e-2, mu = 10,
-    kernel 'parameters') CSVGD had not converged after 1000 iterations (held-out
-    KL(real||sim) 985 against -434 with these settings).
-  * SGLD: `samplers.make_sgld`, one chain per particle, step size from a pilot grid.
-  * NUTS: `samplers.nuts_warmup` (Stan's window adaptation) for the first half of the
-    iterations, NUTS transitions for the rest; tree depth capped (`max_num_doublings`).
-  * Emcee: stretch move, max(P, 2 D + 2) walkers (emcee needs >= 2 D; MS has D = 47); the
-    posterior sample is P randomly chosen walkers of the final ensemble.
-  * CEM: Gaussian mixture of 3 components (the seed's), population P, elites P / 4.
-For MS the baselines use `samplers.make_shooting_log_prob` (defect likelihood with
-sigma_def = 0.1, the seed's sigma_def^2 ~ 1e-2) over CSVGD's particle [z, s_hat].
+Methods: the shipped estimators, built by `registry.make_estimator` from one `Options`
+(P particles, LEARNING_RATE, N iterations), all started from the same P scrambled-Sobol
+particles (seed §1.1) and stepped N times; warm-ups and step-size probes are the factories'
+own (`core.inference.methods`). The row "(C)SVGD" is `csvgd`: with one window (SS) it is
+SVGD over the parameters, with NUM_WINDOWS windows (MS) CSVGD. A method that needs more
+particles than P for the positions' dimension D (`Method.particles_per_dim`: Emcee's 2 D
+walkers) runs that many, and P of them, chosen at random, are its posterior sample. The
+baselines sample multiple shooting through the defect likelihood of `inference.shooting`
+(sigma_def = `methods.DEFECT_STD`, the seed's sigma_def^2 ~ 1e-2) over CSVGD's particle
+[z, s_hat].
 
-Usage: python bench/experiment_pendulum11.py [--quick]; from code `run_experiment2(quick)`.
+Usage: python -m bench.experiment_pendulum11 [--quick]; from code `run_experiment2(quick)`.
 """
 
 from __future__ import annotations
@@ -83,17 +74,14 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
-from sysid_ros.core.inference.particles import sobol_particles
-from sysid_ros.core.inference import samplers
-from sysid_ros.core.model import builders
-from sysid_ros.core.inference import csvgd
-from sysid_ros.core.model import inertia
 from sysid_ros.core.dynamics import integrators
-from sysid_ros.core.likelihoods import metrics
+from sysid_ros.core.inference import registry, shooting
+from sysid_ros.core.inference.methods import Options, Target
+from sysid_ros.core.inference.particles import sobol_particles
 from sysid_ros.core.likelihoods import likelihood as lik
-from sysid_ros.core.model import parameters
+from sysid_ros.core.likelihoods import metrics
+from sysid_ros.core.model import builders, inertia, parameters
 
 # Seed Table 1 row -> (our name, bounds in our units).
 TABLE1 = (
@@ -121,13 +109,14 @@ TRAIN_POSE = np.deg2rad([90.0, 0.0])
 TEST_POSE = np.deg2rad([60.0, 45.0])
 TEST_JITTER = np.deg2rad(5.0)
 NOISE_STD = np.array([0.02, 0.02, 0.2, 0.2])      # [rad, rad, rad/s, rad/s]
-DEFECT_STD = 0.1
+# `Options.learning_rate` of every method: CSVGD's Adam step and SGLD's first drift (in z).
+LEARNING_RATE = 0.1
 INTEGRATOR = 'semi_implicit_euler'
 ACTUATOR = 'viscous'
 
-METHODS = ('emcee', 'cem', 'sgld', 'nuts', 'svgd')
+METHODS = ('emcee', 'cem', 'sgld', 'nuts', 'csvgd')
 COLUMNS = ('ss', 'ms')
-LABELS = {'emcee': 'Emcee', 'cem': 'CEM', 'sgld': 'SGLD', 'nuts': 'NUTS', 'svgd': '(C)SVGD'}
+LABELS = {'emcee': 'Emcee', 'cem': 'CEM', 'sgld': 'SGLD', 'nuts': 'NUTS', 'csvgd': '(C)SVGD'}
 
 # Seed supplement Table 2 (real IBM double pendulum data): (KL(real||sim), KL(sim||real),
 # MMD) per method and column; None where the seed prints N/A.
@@ -140,8 +129,8 @@ SEED_TABLE2 = {
     ('sgld', 'ms'): (5863.2728, 2187.2825, 0.0759),
     ('nuts', 'ss'): (9196.7461, 6432.2131, 0.5371),
     ('nuts', 'ms'): (8785.5326, 4935.8983, 1.1642),
-    ('svgd', 'ss'): (8803.5683, 10283.6659, 0.7177),
-    ('svgd', 'ms'): (5204.5336, 2773.1751, 0.0366),
+    ('csvgd', 'ss'): (8803.5683, 10283.6659, 0.7177),
+    ('csvgd', 'ms'): (5204.5336, 2773.1751, 0.0366),
 }
 
 QUICK = dict(num_particles=32, num_iterations=1000)
@@ -175,14 +164,15 @@ class Row(NamedTuple):
     """One method and column of the table.
 
     Attributes:
-      method, column: e.g. 'svgd', 'ms'.
+      method, column: e.g. 'csvgd', 'ms'.
       kl_real_sim, kl_sim_real, mmd: the metrics (nan where not computable).
       run_s: wall time of the iterations after the first (compiled) one [s].
-      compile_s: wall time of the first iteration (compilation, warm-up set-up) [s].
+      compile_s: wall time of `init` (warm-ups and probes) and of the first iteration
+        (compilation) [s].
       num_diverged: simulated test trajectories dropped because they diverged.
       theta: (P, 11) final particles in physical units.
       history: list of (iteration, elapsed run time [s], theta (P, 11)) checkpoints.
-      settings: the hyper-parameters used.
+      settings: the `Options` used, and the particle count the method ran.
     """
 
     method: str
@@ -294,31 +284,6 @@ def evaluate(problem: Problem, theta) -> dict:
 # Methods
 # ------------------------------------------------------------------------------------------
 
-def method_settings(method: str, column: str, num_particles: int, num_iterations: int,
-                    dim: int) -> dict:
-    """Hyper-parameters of one method and column (see the module doc)."""
-    if method == 'svgd':
-        return dict(learning_rate=1e-1, final_learning_rate=1e-2, settle_fraction=0.2,
-                    multiplier_rate=0.1, damping=3.0, kernel='all')
-    if method == 'sgld':
-        # Largest step size of the pilot grid {1e-7, 1e-6, 1e-5, 1e-4} (in z) whose chains
-        # stayed finite and ended with the best mean log density (see the report).
-        return dict(step_size=1e-6 if column == 'ss' else 1e-6)
-    if method == 'nuts':
-        # Tree depth capped (<= 2^depth - 1 leapfrog steps, i.e. gradients, per transition):
-        # 3 for runs of <= 500 iterations (the quick size), else 5; NUTS still costs up to
-        # 7 (31) times the gradients of an SVGD iteration.
-        return dict(num_warmup=num_iterations // 2,
-                    max_num_doublings=3 if num_iterations <= 500 else 5,
-                    target_acceptance_rate=0.8)
-    if method == 'emcee':
-        return dict(num_walkers=max(num_particles, 2 * dim + 2), move='stretch a=2')
-    if method == 'cem':
-        return dict(num_components=3, num_elites=max(3, num_particles // 4), smoothing=0.7,
-                    weighting='importance')
-    raise ValueError(f'unknown method {method!r}')
-
-
 def _checkpoints(num_iterations: int, count: int = 10) -> set:
     return {int(round(num_iterations * (i + 1) / count)) for i in range(count)}
 
@@ -350,104 +315,47 @@ def _loop(step: Callable, state, data, num_iterations: int, theta_fn: Callable, 
 
 def run_method(problem: Problem, method: str, column: str, num_particles: int,
                num_iterations: int, seed: int = 0, progress: Callable | None = print) -> Row:
-    """Run one method with one likelihood column and score it on the held-out set."""
+    """Run one registered method with one likelihood column and score it on the held-out
+    set (module doc)."""
     spec, data = problem.spec, problem.train
     setting = problem.settings[column]
-    m = spec.num_params
+    entry = registry.lookup(method)
     theta0 = sobol_particles(spec, num_particles, seed=seed)
-    key = jax.random.key(seed)
+    dim = shooting.shooting_positions(setting, spec, theta0, data).shape[1]
+    num = max(num_particles, entry.particles_per_dim * dim)
+    if num > num_particles:
+        theta0 = sobol_particles(spec, num, seed=seed)
+    options = Options(num_particles=num, learning_rate=LEARNING_RATE, iterations=num_iterations)
+    target = Target(model=problem.model, base_params=problem.base, spec=spec,
+                    likelihood=setting, actuator=ACTUATOR)
+    estimator = registry.make_estimator(method, target, options)
     label = f'{method} {column.upper()}'
-    positions = np.array(samplers.shooting_positions(setting, spec, theta0, data))
-    dim = positions.shape[1]
-    hyper = method_settings(method, column, num_particles, num_iterations, dim)
+    pick = np.random.default_rng(seed).choice(num, num_particles, replace=False)
 
-    def decode(x):
-        return spec.from_unconstrained(jnp.asarray(x)[:, :m])
+    def theta_fn(state):
+        theta = np.asarray(estimator.posterior(state))
+        return theta if num == num_particles else theta[pick]
 
-    log_prob = None
-    if method != 'svgd':
-        log_prob = samplers.make_shooting_log_prob(setting, spec, base_params=problem.base,
-                                                    defect_std=DEFECT_STD)
-    extra_compile = 0.0
-    if method == 'svgd':
-        settle = max(1, int(num_iterations * hyper['settle_fraction']))
-        schedule = optax.join_schedules(
-            [optax.constant_schedule(hyper['learning_rate']),
-             optax.linear_schedule(hyper['learning_rate'], hyper['final_learning_rate'],
-                                   settle)], [num_iterations - settle])
-        estimator = csvgd.make_csvgd(setting, spec, optax.adam(schedule),
-                                     base_params=problem.base,
-                                     multiplier_rate=hyper['multiplier_rate'],
-                                     damping=hyper['damping'], kernel=hyper['kernel'])
-        state = estimator.init(key, theta0, data)
-        step = jax.jit(estimator.step)
-        theta_fn = (lambda s: s.theta)
-    elif method == 'sgld':
-        estimator = samplers.make_sgld(log_prob, hyper['step_size'], num_particles)
-        state = estimator.init(key, positions)
-        step = jax.jit(estimator.step)
-        theta_fn = (lambda s: decode(s.particles))
-    elif method == 'cem':
-        estimator = samplers.make_cem(log_prob, num_particles, hyper['num_elites'],
-                                       hyper['num_components'], weighting=hyper['weighting'],
-                                       smoothing=hyper['smoothing'])
-        state = estimator.init(key, positions)
-        step = jax.jit(estimator.step)
-        theta_fn = (lambda s: decode(s.particles))
-    elif method == 'nuts':
-        start = time.perf_counter()
-        # The warm-up restarts no chain: start diverging chains at finite ones.
-        values = np.asarray(jax.jit(jax.vmap(log_prob, in_axes=(0, None)))(positions, data))
-        good = np.flatnonzero(np.isfinite(values))
-        bad = np.flatnonzero(~np.isfinite(values))
-        if bad.size:
-            donors = np.random.default_rng(seed).choice(good, bad.size)
-            positions[bad] = positions[donors] + 1e-2 * np.random.default_rng(
-                seed + 1).standard_normal((bad.size, dim))
-        warm = samplers.nuts_warmup(key, log_prob, positions, hyper['num_warmup'], data,
-                                     target_acceptance_rate=hyper['target_acceptance_rate'],
-                                     max_num_doublings=hyper['max_num_doublings'])
-        jax.block_until_ready(warm)
-        extra_compile = time.perf_counter() - start       # warm-up: compile + run
-        hyper = dict(hyper, step_size=float(warm.step_size))
-        estimator = samplers.make_nuts(log_prob, warm.step_size, warm.inverse_mass_matrix,
-                                        num_particles,
-                                        max_num_doublings=hyper['max_num_doublings'])
-        finite_start = np.asarray(warm.particles)
-        state = estimator.init(key, finite_start)
-        step = jax.jit(estimator.step)
-        theta_fn = (lambda s: decode(s.particles))
-        num_iterations = num_iterations - hyper['num_warmup']
-    elif method == 'emcee':
-        walkers = hyper['num_walkers']
-        if walkers > num_particles:
-            theta_w = sobol_particles(spec, walkers, seed=seed)
-            positions = np.array(samplers.shooting_positions(setting, spec, theta_w, data))
-            # Shooting states all start on the data: emcee needs linearly independent
-            # walkers, so spread them by a small jitter (normalised units).
-            positions[:, m:] += 1e-3 * np.random.default_rng(seed).standard_normal(
-                positions[:, m:].shape)
-        estimator = samplers.make_emcee(log_prob, walkers)
-        state = estimator.init(key, positions)
-        step = estimator.step
-        pick = np.random.default_rng(seed).choice(walkers, num_particles, replace=False)
-        theta_fn = (lambda s: decode(np.asarray(s.particles)[pick]))
-    else:
-        raise ValueError(f'unknown method {method!r}')
+    def step(state, window):
+        return estimator.step(state, window, None)
+
     if progress is not None:
-        progress(f'{label}: {num_particles} particles, {num_iterations} iterations, '
-                 f'D = {dim}, {hyper}')
-    state, compile_s, run_s, history = _loop(step, state, data, num_iterations, theta_fn,
-                                             label, progress)
-    if method == 'nuts':
-        # The warm-up's iterations count in the budget; its time (compile and run) too.
-        compile_s += extra_compile
-    theta = np.asarray(theta_fn(state))
+        progress(f'{label}: {num} particles, {num_iterations} iterations, D = {dim}, '
+                 f'{options._asdict()}')
+    start = time.perf_counter()
+    state = estimator.init(jax.random.key(seed), theta0, data)
+    jax.block_until_ready(state)
+    init_s = time.perf_counter() - start
+    state, compile_s, run_s, history = _loop(jax.jit(step) if entry.jittable else step,
+                                             state, data, num_iterations, theta_fn, label,
+                                             progress)
+    theta = theta_fn(state)
     scores = evaluate(problem, theta)
     return Row(method=method, column=column, kl_real_sim=scores['kl_real_sim'],
                kl_sim_real=scores['kl_sim_real'], mmd=scores['mmd'], run_s=run_s,
-               compile_s=compile_s, num_diverged=scores['num_diverged'], theta=theta,
-               history=history, settings=hyper)
+               compile_s=init_s + compile_s, num_diverged=scores['num_diverged'],
+               theta=theta, history=history,
+               settings=dict(options._asdict(), particles_run=num))
 
 
 def time_to_final_kl(problem: Problem, row: Row, tolerance: float = 0.05) -> dict:
@@ -522,11 +430,11 @@ def format_table(rows) -> str:
 
 
 def summarise(rows) -> dict:
-    """Headline comparison: CSVGD (svgd, ms) against every other row on KL and MMD."""
+    """Headline comparison: CSVGD (csvgd, ms) against every other row on KL and MMD."""
     by = {(r.method, r.column): r for r in rows}
     summary = {}
-    target = by.get(('svgd', 'ms'))
-    others = [r for r in rows if (r.method, r.column) != ('svgd', 'ms')]
+    target = by.get(('csvgd', 'ms'))
+    others = [r for r in rows if (r.method, r.column) != ('csvgd', 'ms')]
     if target is None:
         return summary
 
@@ -586,7 +494,7 @@ def run_experiment2(quick: bool = True, num_particles: int | None = None,
                          f'{row.run_s:.1f} s, compile {row.compile_s:.1f} s')
     summary = summarise(rows)
     summary.update(sizes)
-    target = [r for r in rows if (r.method, r.column) == ('svgd', 'ms')]
+    target = [r for r in rows if (r.method, r.column) == ('csvgd', 'ms')]
     if target:
         reach = time_to_final_kl(problem, target[0])
         summary['csvgd_time_to_final_kl_s'] = reach['seconds']

@@ -30,7 +30,7 @@ few iterations.
 
 Seed anchors (real Baxter data, trep, a MacBook Air): 12 links (31 configuration variables),
 2000 samples: 219.05 min, 75 iterations, cost 2.135 -> 1.107; 6 links (19 variables): 61.01
-min. Run: python bench/flexible_loop.py [--quick] [--links 12 6] [--samples 2000]
+min. Run: python -m bench.flexible_loop [--quick] [--links 12 6] [--samples 2000]
 [--no-autodiff]
 """
 

@@ -25,7 +25,7 @@ identification in the graph.
 The seed gives neither its time step nor its duration; we use dt = 10 ms over 1 s.
 
 Usage:
-  python bench/four_bar.py [--quick]
+  python -m bench.four_bar [--quick]
 
 The last line is `RESULT four_bar key=value ...`.
 """

@@ -31,7 +31,7 @@ bounds and the nominal model as its start, and simulates with the simulator's ow
 chaotic minute cannot be matched); see `heldout_mujoco.fit_sysid`.
 
 Usage:
-  .venv/bin/python bench/heldout.py [--cases dp arm] [--methods [all | NAME ...]] [--seed N]
+  .venv/bin/python -m bench.heldout [--cases dp arm] [--methods [all | NAME ...]] [--seed N]
       [--duration 60] [--out DIR] [--no-mujoco] [--quick] [--truth-inertia nominal|rod]
       [--timeout S]
 (--quick: 10 s double pendulum only.) Files under --out: <case>/config.yaml, <case>/bag,
@@ -65,12 +65,10 @@ from typing import Callable, Sequence
 import numpy as np
 import yaml
 
+from bench import heldout_mujoco as hm
+
 BENCH = pathlib.Path(__file__).resolve().parent
 REPO = BENCH.parent
-if str(BENCH) not in sys.path:
-    sys.path.insert(0, str(BENCH))
-
-import heldout_mujoco as hm  # noqa: E402
 
 RATE = 200.0                 # [Hz] recording rate
 Q_NOISE = 1e-4               # [rad] std of the position noise

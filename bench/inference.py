@@ -14,7 +14,7 @@ Prints
 The last line is `RESULT inference key=value ...`.
 
 Usage:
-  python bench/inference.py [--quick] [--skip-mocap] [--skip-exp2] [--devices N]
+  python -m bench.inference [--quick] [--skip-mocap] [--skip-exp2] [--devices N]
                             [--cache DIR]
 
 `--quick`: experiment 2 with 32 particles and 1000 iterations, experiment 3 with 16 particles
@@ -25,7 +25,6 @@ and 150 iterations, 10 timed iterations per speed row (about half an hour on an 
 
 import argparse
 import os
-import sys
 import time
 
 
@@ -47,17 +46,14 @@ ARGS = _parse_args() if __name__ == '__main__' else None
 if ARGS is not None and ARGS.devices > 1:
     os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '')
                                + f' --xla_force_host_platform_device_count={ARGS.devices}')
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-import optax  # noqa: E402
 
-import experiment_pendulum11 as exp2  # noqa: E402
+from bench import experiment_pendulum11 as exp2  # noqa: E402
 from sysid_ros.core.inference.particles import sobol_particles  # noqa: E402
-from sysid_ros.core.inference import csvgd  # noqa: E402
+from sysid_ros.core.inference import registry  # noqa: E402
+from sysid_ros.core.inference.methods import Options, Target  # noqa: E402
 
 
 def _say(message):
@@ -66,19 +62,21 @@ def _say(message):
 
 def time_csvgd_iteration(problem, num_particles: int, repeats: int = 10) -> dict:
     """Compile time and median wall time of one jitted CSVGD iteration (MS, 10 windows)."""
-    estimator = csvgd.make_csvgd(problem.settings['ms'], problem.spec, optax.adam(5e-2),
-                                 base_params=problem.base)
+    target = Target(model=problem.model, base_params=problem.base, spec=problem.spec,
+                    likelihood=problem.settings['ms'], actuator=exp2.ACTUATOR)
+    options = Options(num_particles=num_particles, learning_rate=5e-2, iterations=repeats + 1)
+    estimator = registry.make_estimator('csvgd', target, options)
     state = estimator.init(jax.random.key(0),
                            sobol_particles(problem.spec, num_particles), problem.train)
     step = jax.jit(estimator.step)
     start = time.perf_counter()
-    state, _ = step(state, problem.train)
+    state, _ = step(state, problem.train, None)
     jax.block_until_ready(state)
     compile_s = time.perf_counter() - start
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        state, _ = step(state, problem.train)
+        state, _ = step(state, problem.train, None)
         jax.block_until_ready(state)
         times.append(time.perf_counter() - start)
     return dict(particles=num_particles, compile_s=compile_s,
@@ -103,7 +101,7 @@ def speed_table(problem, quick: bool):
 def experiment3(quick: bool):
     """(c): run experiment 3 if its module is present; returns its summary or None."""
     try:
-        import experiment_mocap_box as exp3
+        from bench import experiment_mocap_box as exp3
     except ImportError as error:
         _say(f'\n(c) experiment 3 skipped: bench/experiment_mocap_box.py could not be imported '
              f'({error})')

@@ -27,7 +27,7 @@ ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST) on a domain derived from this process i
 tests do. The last line is `RESULT live key=value ...`.
 
 Usage:
-  python bench/live.py [--quick] [--dp-residual output_error|equation_error]
+  python -m bench.live [--quick] [--dp-residual output_error|equation_error]
 
 `--quick`: 15 s of the arm and 4 double-pendulum windows; without it 60 s and 15 windows.
 Compilation comes first: a few minutes per estimator on a loaded 2-core machine.
@@ -44,7 +44,6 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
 os.environ['FASTDDS_DEFAULT_PROFILES_FILE'] = str(REPO_ROOT / 'config' / 'fastdds_localhost.xml')
 os.environ['ROS_DOMAIN_ID'] = str(100 + (os.getpid() + 37) % 100)
-sys.path.insert(0, str(REPO_ROOT))
 
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402

@@ -13,7 +13,7 @@ Prints
 The last line is `RESULT offline key=value ...`.
 
 Usage:
-  python bench/offline.py [--quick] [--storage sqlite3|mcap|both] [--skip-fit] [--skip-read]
+  python -m bench.offline [--quick] [--storage sqlite3|mcap|both] [--skip-fit] [--skip-read]
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""What the profiled start costs the live session, and what carrying it changes (issue 17).
+"""What the profiled start costs the live session, and what carrying it changes.
 
 The live session of `config/double_pendulum_live.yaml` (csvgd, 16 particles, 1 s windows, 30
 steps per window; held torques as in `bench/calibration.py --online`) on one recording of a
@@ -6,7 +6,8 @@ random truth, three sessions side by side, window by window in the same process:
 
   measured  `estimator.start: measured`: every window starts at its noisy measured state.
   full      `estimator.start: profiled`, the start fitted in every step (PROFILE_ITERATIONS
-            Gauss-Newton steps from the measured start, `csvgd.make_csvgd(carry_start=False)`).
+            Gauss-Newton steps from the measured start,
+            `kernels.csvgd.build_kernel(carry_start=False)`).
   carried   `estimator.start: profiled` as shipped: each particle's start profile carried
             from step to step (`profiled_start.StartProfile`: refreshed every PROFILE_REFRESH
             steps, one Gauss-Newton step with the frozen Jacobian inside the likelihood's
@@ -35,7 +36,7 @@ times narrower than the carried one's (the chaotic pendulum amplifies any differ
 sessions; `bench/calibration.py --online` judges which is calibrated).
 
 Usage:
-  .venv/bin/python bench/profiled_start.py [--windows 8] [--seed 1]
+  .venv/bin/python -m bench.profiled_start [--windows 8] [--seed 1]
 Last line: `RESULT profiled_start key=value ...` (seconds per window, medians).
 """
 
@@ -43,19 +44,17 @@ from __future__ import annotations
 
 import argparse
 import functools
-import pathlib
 import sys
 import time
 
 import jax
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import calibration  # noqa: E402
-
-from sysid_ros.core.inference import csvgd, methods  # noqa: E402
-from sysid_ros.io import fitting, online, pipeline, simulation  # noqa: E402
-from sysid_ros.io.window_buffer import Window  # noqa: E402
+from bench import calibration
+from sysid_ros.core.inference import methods
+from sysid_ros.core.inference.kernels import csvgd
+from sysid_ros.io import compile_cache, online, pipeline, simulation
+from sysid_ros.io.window_buffer import Window
 
 VARIANTS = ('measured', 'full', 'carried')
 
@@ -79,14 +78,15 @@ def session(variant: str, step_seconds: list) -> online.OnlineSession:
     if variant == 'full':
         # The estimator the session would build, with a kernel that fits the start afresh in
         # every step.
-        original = csvgd.make_csvgd
-        methods.csvgd_kernel.make_csvgd = functools.partial(original, carry_start=False)
+        original = csvgd.build_kernel
+        csvgd.build_kernel = functools.partial(original, carry_start=False)
         try:
-            options = fitting.method_options(problem, problem.config.online.iterations_per_window)
+            options = compile_cache.method_options(problem,
+                                                   problem.config.online.iterations_per_window)
             data = live._window_data(first_trajectory(problem))
             est = methods.make_csvgd(data.target, options)
         finally:
-            methods.csvgd_kernel.make_csvgd = original
+            csvgd.build_kernel = original
         live._estimator = est._replace(step=jax.jit(est.step), posterior=jax.jit(est.posterior))
     else:
         live._start(live.particles, live._window_data(first_trajectory(problem)))

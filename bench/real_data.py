@@ -48,7 +48,7 @@ last 7 s, against the nominal example-robot-data inertials (no friction) as refe
 paper's base coefficients (supplementary Table III) are only in the PDF, which we cannot
 parse here (no PDF text tool installed); they are not compared.
 
-Usage: python bench/real_data.py [--quick] [--only ibm,ibm_cli,kuka,panda] [--out DIR]
+Usage: python -m bench.real_data [--quick] [--only ibm,ibm_cli,kuka,panda] [--out DIR]
 Ends with one line `RESULT real_data key=value ...`.
 """
 
@@ -69,8 +69,7 @@ import jax.numpy as jnp
 import numpy as np
 import pinocchio as pin
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import experiment_pendulum11 as exp2  # noqa: E402
+from bench import experiment_pendulum11 as exp2
 
 from sysid_ros.core.dynamics import actuators  # noqa: E402
 from sysid_ros.core.dynamics import rigid_body  # noqa: E402

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import mocap_box_problem as mb
+from bench import experiment_mocap_box as mb
 from sysid_ros.core.dynamics import integrators
 from sysid_ros.core.dynamics import observations
 

@@ -1,4 +1,4 @@
-"""Coverage of the default fit's intervals (issue 17), measured as `bench/calibration.py` does.
+"""Coverage of the default fit's intervals, measured as `bench/calibration.py` does.
 
 Statistical bound: if the intervals of level p are calibrated, the number of truths (out of
 n) that a parameter's interval holds is Binomial(n, p). The test takes the number of truths
@@ -9,16 +9,12 @@ about 0.3 % per level. The same bound applied to intervals half as wide (a metho
 overconfident by 2x) must fail, or the test could not detect miscalibration at all.
 """
 
-import pathlib
-import sys
 
 import numpy as np
 import pytest
 from scipy import stats
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / 'bench'))
-
-import calibration  # noqa: E402
+from bench import calibration
 
 NUM_TRUTHS = 100
 

@@ -13,10 +13,8 @@ import pytest
 
 pytest.importorskip('mujoco')
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / 'bench'))
-
-import heldout  # noqa: E402
-import heldout_mujoco as hm  # noqa: E402
+from bench import heldout  # noqa: E402
+from bench import heldout_mujoco as hm  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TRUTH = {'mass': np.array([0.8, 1.6]), 'com_z': np.array([-0.18, -0.33]),
@@ -147,8 +145,8 @@ def test_panda_mujoco_matches_package_rollout():
 @pytest.mark.slow
 def test_heldout_harness_runs_end_to_end(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(REPO / 'bench' / 'heldout.py'), '--cases', 'dp', '--no-mujoco',
-         '--seed', '3', '--out', str(tmp_path)],
+        [sys.executable, '-m', 'bench.heldout', '--cases', 'dp', '--no-mujoco', '--seed', '3',
+         '--out', str(tmp_path)],
         capture_output=True, text=True, timeout=3600, cwd=str(REPO))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]

@@ -1,7 +1,11 @@
 """The one table from `estimator.method` to an estimator factory (`inference.methods`).
 
-Nothing else in the package switches on method names: the offline fit, the live node, the
-benchmarks and the tests look a method up here and read what it needs from its `Method`.
+What a caller needs to know of a method (its data kind, whether it is Bayesian, jittable or
+takes mini-batches, what its particles are, where its intervals come from, how many
+particles it needs) is a field of its `Method` here, not a test of its name: the offline fit,
+the live node and the benchmarks build estimators with `make_estimator` and read the rest
+from `lookup`. The factor-graph method of planar mechanisms (`graph/`) is no `Estimator`
+and is not in this table (`io.config.GRAPH_METHODS`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,10 @@ class Method(NamedTuple):
         (`intervals.KINDS`): 'draws' (chains, walkers, a population) or 'quadrature'
         (SVGD's repelling points).
       reads: the `methods.Options` fields its factory reads (`options_read`).
+      intervals: what a fit's intervals are read from: 'particles' (the posterior's
+        particles) or 'laplace' (the Laplace approximation at a Gauss-Newton estimate).
+      particles_per_dim: least particles per dimension D of the method's positions
+        (parameters and shooting states): emcee's red-blue moves need 2 D walkers.
     """
 
     factory: Callable
@@ -44,6 +52,8 @@ class Method(NamedTuple):
     minibatch: bool = False
     particles: str = 'draws'
     reads: tuple[str, ...] = ()
+    intervals: str = 'particles'
+    particles_per_dim: int = 0
 
     def options_read(self, options: methods.Options) -> methods.Options:
         """`options` with the fields the factory does not read set to None: two fits whose
@@ -62,12 +72,12 @@ METHODS: dict[str, Method] = {
                    reads=('learning_rate', 'num_particles')),
     'nuts': Method(methods.make_nuts, 'shooting', True, reads=('num_particles', 'iterations')),
     'emcee': Method(methods.make_emcee, 'shooting', True, jittable=False,
-                    reads=('num_particles',)),
+                    reads=('num_particles',), particles_per_dim=2),
     'cem': Method(methods.make_cem, 'shooting', True, reads=('num_particles',)),
     'diffnea': Method(methods.make_diffnea, 'segments', False,
                       reads=('learning_rate', 'iterations')),
     'nea': Method(methods.make_nea, 'regressor', False),
-    'lm': Method(methods.make_lm, 'shooting', False),
+    'lm': Method(methods.make_lm, 'shooting', False, intervals='laplace'),
 }
 DEFAULT_POINT_METHOD = 'lm'
 BAYESIAN_METHODS = tuple(name for name, m in METHODS.items() if m.bayesian)
