@@ -92,7 +92,8 @@ PIN_MODELS = 16                           # distinct Pinocchio models cycled by 
 TOLERANCE = 1e-9
 PEER_BATCH = 1024                         # states per call of the batched peers
 PEER_THREADS = 2                          # OpenMP / MuJoCo threads of the batched peers
-COLUMNS = ((('aba', '9.3g'), ('aba_compile', '7.1f')), (('rnea', '9.3g'), ('rnea_compile', '7.1f')),
+COLUMNS = ((('aba', '9.3g'), ('aba_compile', '7.1f')),
+           (('rnea', '9.3g'), ('rnea_compile', '7.1f')),
            (('grad', '11.3g'), ('grad_compile', '7.1f')),
            (('grad_chunked', '9.3g'), ('grad_chunked_compile', '7.1f')))
 MUJOCO_TOLERANCE = 1e-8                   # the URDF that MuJoCo reads prints 17 digits

@@ -30,20 +30,20 @@ pieces than parameters after 10 s); the design is made for the same likelihood (
 the configuration). --torque-noise S adds N(0, S) to every recorded torque sample and
 configures data.torque_noise_std = S; without it the equation error estimates its noise.
 The equation error's model is the continuous dynamics, so its recordings are simulated with
-steps of SIM_STEP_S (4 kHz, as sim_robot runs for config/panda_live.yaml: at 100 Hz, RK4
-is unstable in the stiff smoothed Coulomb friction of the light wrist joints, tanh(qd / eps)
-with eps = 0.01 rad/s; the chatter left residuals of 0.8 N m on joint 6 at the truth over
-half a second of slow motion, 13 times the predicted noise); the output error's model is
-its integrator at the data rate, and its recordings come from that same integrator. Reported per parameter: the Laplace std of
-`lm` (`FitResult.std`) after T seconds of each and their ratio (designed / random), the
-errors |estimate - truth| / (bounds width), and the seconds of designed data needed to reach
-the random recording's std after T seconds: the designed recording is fitted on its first
-T/4, T/2 and T seconds, and the std is interpolated on a log-log scale between those
-durations (extrapolated as 1 / sqrt(seconds) beyond them; with --quick only T is fitted, so
-the seconds follow from the 1 / sqrt(seconds) law of a motion repeated back to back). Ratios are
-medians over parameters and truths. Limits: every sample of each recording (true states and
-commands) is checked against the robot's position range, speed limit and effort limit (a
-command at the clip counts).
+steps of SIM_STEP_S (4 kHz, as sim_robot runs for config/panda_live.yaml: at 100 Hz, RK4 is
+unstable in the stiff smoothed Coulomb friction of the light wrist joints, tanh(qd / eps) with
+eps = 0.01 rad/s; the chatter left residuals of 0.8 N m on joint 6 at the truth over half a
+second of slow motion, 13 times the predicted noise); the output error's model is its
+integrator at the data rate, and its recordings come from that same integrator. Reported per
+parameter: the Laplace std of `lm` (`FitResult.std`) after T seconds of each and their ratio
+(designed / random), the errors |estimate - truth| / (bounds width), and the seconds of
+designed data needed to reach the random recording's std after T seconds: the designed
+recording is fitted on its first T/4, T/2 and T seconds, and the std is interpolated on a
+log-log scale between those durations (extrapolated as 1 / sqrt(seconds) beyond them; with
+--quick only T is fitted, so the seconds follow from the 1 / sqrt(seconds) law of a motion
+repeated back to back). Ratios are medians over parameters and truths. Limits: every sample of
+each recording (true states and commands) is checked against the robot's position range, speed
+limit and effort limit (a command at the clip counts).
 
 Cases:
   dp   double pendulum (builder, 1 m links), viscous joints. Free: link masses [0.5, 2.0]

@@ -43,10 +43,10 @@ releases from a different pose). Sensor noise: N(0, 0.02 rad) on angles, N(0, 0.
 velocities, independent per sample; the release state x0 is known exactly (at rest, measured
 before the release). Every method's likelihood uses the true noise level.
 
-Metrics (seed supplement §1.4; `sysid_ros.core.likelihoods.metrics`), on the held-out set only: each
-posterior particle is simulated from each test release state (P x 10 trajectories) and the
-same sensor noise is added (the posterior predictive of the observations; the seed does not
-say whether it added noise); all dimensions are divided by the standard deviation of the test
+Metrics (seed supplement §1.4; `sysid_ros.core.likelihoods.metrics`), on the held-out set only:
+each posterior particle is simulated from each test release state (P x 10 trajectories) and the
+same sensor noise is added (the posterior predictive of the observations; the seed does not say
+whether it added noise); all dimensions are divided by the standard deviation of the test
 observations, then trajectory_kl (k = l = 3) in both directions and the unbiased RBF MMD^2
 (median heuristic) compare the two sets. A simulation that diverges is dropped and counted.
 

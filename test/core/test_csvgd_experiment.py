@@ -10,8 +10,9 @@ sideways (90 deg), second along it; dt = 0.01 s; semi-implicit Euler; states [q;
 particles from a scrambled Sobol sequence. The seed's figure uses 3 s (300 steps); the slow
 test uses 300 steps in 10 windows with 32 particles (1000 iterations), the default test 1 s
 (100 steps) in 5 windows with 16 particles (300 iterations). The seed does not say which
-lengths made the two trajectories; here (1.5, 2.0) m (seed fig. 7's truth) and (3.0, 1.0) m. Observation noise for the
-likelihood: 0.05 per state dimension (the data itself is noise-free).
+lengths made the two trajectories; here (1.5, 2.0) m (seed fig. 7's truth) and (3.0, 1.0) m.
+Observation noise for the likelihood: 0.05 per state dimension (the data itself is
+noise-free).
 
 The pendulum links are 1 kg spheres at the link ends (TDS's compound pendulum), see
 `csvgd_problems`.

@@ -4,8 +4,9 @@ and on MMD against every baseline (Emcee, CEM, SGLD, NUTS with single and multip
 SVGD with single shooting), scored on held-out trajectories.
 
 The experiment lives in bench/experiment_pendulum11.py (simulated data with a hidden truth;
-see its module doc for the set-up; every method is the registry's estimator). Moderate size: 32 particles,
-1000 iterations per method (the script's --quick size; the seed runs 100 and 2000).
+see its module doc for the set-up; every method is the registry's estimator). Moderate size:
+32 particles, 1000 iterations per method (the script's --quick size; the seed runs 100 and
+2000).
 """
 
 import math
