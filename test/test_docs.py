@@ -69,17 +69,14 @@ def test_every_declared_ros_parameter_is_in_the_reference(site):
             continue
         declared |= {reference.generic_name(d.name) for d in params.config_parameters(cfg)}
     assert declared
+    missing = sorted(name for name in declared if name not in text)
+    # Each node's section opens with the line naming its source file.
+    sections = {part.partition('.py')[0]: part
+                for part in text.split('source sysid_ros/ros/')[1:]}
     for module in reference.node_modules():
         loaded = importlib.import_module(f'sysid_ros.ros.{module}')
-        own = ([p.name for p in loaded.PARAMETERS] if hasattr(loaded, 'PARAMETERS')
-               else reference.declared_node_parameters()[module])
-        declared |= {f'{module}: {name}' for name in own}
-    missing = []
-    for name in declared:
-        module, _, own = name.partition(': ')
-        section = text.partition(f'source sysid_ros/ros/{module}.py')[2] if own else text
-        if (own or name) not in section:
-            missing.append(name)
+        missing += [f'{module}: {p.name}' for p in getattr(loaded, 'PARAMETERS', ())
+                    if p.name not in sections.get(module, '')]
     assert not missing
 
 

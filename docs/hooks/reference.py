@@ -8,22 +8,21 @@ NAME at build time:
   `Attributes:` entries of each section's docstring, parsed by griffe).
 - `ros-config-parameters`: the ROS parameters a node declares for a configuration
   (`sysid_ros.ros.params.config_parameters` on every packaged `config/*.yaml`).
-- `ros-interfaces`: per node module in `sysid_ros/ros/`, the parameters, topics, services
-  and actions it declares, read from the module's syntax tree (calls of
-  `declare_parameter`, `create_*publisher`, `create_subscription`, `create_service`,
-  `create_client`, `ActionClient`/`ActionServer`, and tables of `(name, default,
-  description, ...)` parameter specs).
+- `ros-interfaces`: per node module in `sysid_ros/ros/`, its own parameters, topics and
+  services, from the module-level `NODE_NAME`, `PARAMETERS` and `ENDPOINTS` that the node
+  creates them from (`sysid_ros.ros.interfaces`).
 - `cli`: the `sysid` command line, from its argparse parser.
 - `design-pages`: a link to every page of `docs/design/` but the index.
 
-`test/test_docs.py` imports this module to check that every configuration key and every
-declared ROS parameter is in the generated text.
+It also adds one API reference page per package of `sysid_ros` (`on_files`, rendered by
+mkdocstrings) and, as a griffe extension (`EscapeBrackets`), keeps the units in brackets of
+the docstrings as text. `test/test_docs.py` imports this module to check that every
+configuration key and every declared ROS parameter is in the generated text.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import logging
 import pathlib
@@ -235,14 +234,13 @@ class Row(typing.NamedTuple):
 class Interfaces:
     """What one node declares."""
 
-    module: str
     node_name: str = ''
     parameters: list = dataclasses.field(default_factory=list)
     endpoints: dict = dataclasses.field(default_factory=dict)    # kind -> [Row]
 
 
 def _from_tables(module, found: Interfaces) -> None:
-    """Read a node module's `NODE_NAME`, `ENDPOINTS` and `PARAMETERS` (`ros.interfaces`)."""
+    """Read a node module's `NODE_NAME`, `PARAMETERS` and `ENDPOINTS` (`ros.interfaces`)."""
     from sysid_ros.ros import interfaces
 
     found.node_name = getattr(module, 'NODE_NAME', '')
@@ -252,60 +250,6 @@ def _from_tables(module, found: Interfaces) -> None:
     for e in getattr(module, 'ENDPOINTS', ()):
         kind = '' if e.msg_type is None else interfaces.type_name(e.msg_type)
         found.endpoints.setdefault(e.kind, []).append(Row(e.name, kind, e.doc))
-
-
-_CALLS = {'create_publisher': 'publisher', 'create_lifecycle_publisher': 'publisher',
-          'create_subscription': 'subscription', 'create_service': 'service',
-          'create_client': 'client'}
-
-
-class _Reader(ast.NodeVisitor):
-    """The declarations of a node module that lists no `ENDPOINTS`/`PARAMETERS`: its calls
-    of `declare_parameter` and `create_*` with literal names, and its tables of
-    `(name, default, description, ...)` parameter specs."""
-
-    def __init__(self, tree: ast.Module, found: Interfaces):
-        self.found = found
-        self.imports = {alias.asname or alias.name: f'{node.module.replace(".", "/")}/'
-                        f'{alias.name}' for node in ast.walk(tree)
-                        if isinstance(node, ast.ImportFrom) and node.module
-                        for alias in node.names}
-
-    def _name(self, node: ast.AST) -> str:
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            return node.value
-        return f'{{{ast.unparse(node).rpartition(".")[2].strip("_")}}}'
-
-    @staticmethod
-    def _default(node: ast.AST) -> str:
-        try:
-            return repr(ast.literal_eval(node))
-        except ValueError:
-            return ast.unparse(node)
-
-    def visit_Assign(self, node: ast.Assign) -> None:
-        targets = ' '.join(ast.unparse(t) for t in node.targets).lower()
-        if ('spec' in targets or 'parameters' in targets) and isinstance(
-                node.value, (ast.Tuple, ast.List)):
-            for row in node.value.elts:
-                if isinstance(row, ast.Tuple) and len(row.elts) >= 3 and isinstance(
-                        row.elts[0], ast.Constant):
-                    self.found.parameters.append(Row(row.elts[0].value,
-                                                     self._default(row.elts[1]),
-                                                     ast.literal_eval(row.elts[2])))
-        self.generic_visit(node)
-
-    def visit_Call(self, node: ast.Call) -> None:
-        func = node.func
-        called = func.attr if isinstance(func, ast.Attribute) else ''
-        if called == 'declare_parameter' and isinstance(node.args[0], ast.Constant):
-            default = self._default(node.args[1]) if len(node.args) > 1 else ''
-            self.found.parameters.append(Row(node.args[0].value, default, ''))
-        elif called in _CALLS and len(node.args) >= 2:
-            kind = ast.unparse(node.args[0])
-            self.found.endpoints.setdefault(_CALLS[called], []).append(
-                Row(self._name(node.args[1]), self.imports.get(kind, kind), ''))
-        self.generic_visit(node)
 
 
 def executables() -> dict[str, str]:
@@ -323,34 +267,35 @@ def node_modules() -> list[str]:
 
 
 def read_interfaces(module: str) -> Interfaces:
-    """The declarations of `sysid_ros/ros/<module>.py`."""
+    """The declarations of `sysid_ros/ros/<module>.py`; an executable without its tables is
+    reported as a build warning (which fails the strict build)."""
     import importlib
 
-    found = Interfaces(module)
+    found = Interfaces()
     loaded = importlib.import_module(f'sysid_ros.ros.{module}')
-    if hasattr(loaded, 'ENDPOINTS') or hasattr(loaded, 'PARAMETERS'):
-        _from_tables(loaded, found)
-    else:
-        tree = ast.parse((ROS_PACKAGE / f'{module}.py').read_text())
-        _Reader(tree, found).visit(tree)
+    if not (hasattr(loaded, 'ENDPOINTS') or hasattr(loaded, 'PARAMETERS')):
+        logging.getLogger('mkdocs').warning(
+            'sysid_ros/ros/%s.py: an executable without ENDPOINTS or PARAMETERS '
+            '(sysid_ros.ros.interfaces); its interface cannot be documented', module)
+    _from_tables(loaded, found)
     return found
-
-
-_TITLES = {'publisher': ('Publishes', 'topic'), 'subscription': ('Subscribes', 'topic'),
-           'service': ('Services', 'service'), 'client': ('Service clients', 'service'),
-           'action': ('Actions', 'action')}
 
 
 def _table(title: str, header: str, rows: list[Row]) -> list[str]:
     if not rows:
         return []
     lines = [f'**{title}**', '', header, '|---|---|---|']
-    lines += [f'| `{r.name}` | {_code(r.kind)} | '
-              f'{_cell(r.doc)} |' for r in rows]
+    lines += [f'| `{r.name}` | {_code(r.kind)} | {_cell(r.doc)} |' for r in rows]
     return lines + ['']
 
 
 def ros_interfaces_markdown() -> str:
+    from sysid_ros.ros import interfaces
+
+    titles = {interfaces.PUBLISHER: ('Publishes', 'topic'),
+              interfaces.SUBSCRIPTION: ('Subscribes', 'topic'),
+              interfaces.SERVICE: ('Services', 'service'),
+              interfaces.CLIENT: ('Service clients', 'service')}
     names = executables()
     lines = []
     for module in node_modules():
@@ -361,15 +306,10 @@ def ros_interfaces_markdown() -> str:
         node = f'node name `{found.node_name}`; ' if found.node_name else ''
         lines += [f'{run}{node}source `sysid_ros/ros/{module}.py`.', '']
         lines += _table('Parameters', '| name | default | description |', found.parameters)
-        for kind, (title, what) in _TITLES.items():
-            lines += _table(title, f'| {what} | type | description |',
-                            found.endpoints.get(kind, []))
+        for kind, rows in found.endpoints.items():
+            title, what = titles.get(kind, (kind, 'name'))
+            lines += _table(title, f'| {what} | type | description |', rows)
     return '\n'.join(lines)
-
-
-def declared_node_parameters() -> dict[str, list[str]]:
-    """{module: [parameter name]} of every node module."""
-    return {m: [row.name for row in read_interfaces(m).parameters] for m in node_modules()}
 
 
 # ------------------------------------------------------------------------------------------
