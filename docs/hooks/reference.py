@@ -222,11 +222,19 @@ def ros_config_parameters_markdown() -> str:
 # ------------------------------------------------------------------------------------------
 
 class Row(typing.NamedTuple):
-    """One line of a node's table: a parameter (name, default, description) or an endpoint
-    (name, type, description)."""
+    """One line of a node's table: a topic or service (name, type, description)."""
 
     name: str
     kind: str
+    doc: str
+
+
+class ParameterRow(typing.NamedTuple):
+    """One of a node's own parameters: name, ROS type, default, description."""
+
+    name: str
+    kind: str
+    default: str
     doc: str
 
 
@@ -241,12 +249,18 @@ class Interfaces:
 
 def _from_tables(module, found: Interfaces) -> None:
     """Read a node module's `NODE_NAME`, `PARAMETERS` and `ENDPOINTS` (`ros.interfaces`)."""
+    from rclpy.parameter import Parameter
+
     from sysid_ros.ros import interfaces
 
     found.node_name = getattr(module, 'NODE_NAME', '')
     for p in getattr(module, 'PARAMETERS', ()):
+        unset = isinstance(p.default, Parameter.Type)       # declared without a value
+        kind = p.default if unset else Parameter.Type.from_parameter_value(p.default)
         minimum = '' if p.minimum is None else f' (>= {p.minimum:g})'
-        found.parameters.append(Row(p.name, repr(p.default), p.description + minimum))
+        found.parameters.append(ParameterRow(
+            p.name, kind.name.lower().replace('_', ' '), 'unset' if unset else repr(p.default),
+            p.description + minimum))
     for e in getattr(module, 'ENDPOINTS', ()):
         kind = '' if e.msg_type is None else interfaces.type_name(e.msg_type)
         found.endpoints.setdefault(e.kind, []).append(Row(e.name, kind, e.doc))
@@ -305,7 +319,12 @@ def ros_interfaces_markdown() -> str:
         run = f'`ros2 run sysid_ros {names[module]}`; ' if module in names else ''
         node = f'node name `{found.node_name}`; ' if found.node_name else ''
         lines += [f'{run}{node}source `sysid_ros/ros/{module}.py`.', '']
-        lines += _table('Parameters', '| name | default | description |', found.parameters)
+        if found.parameters:
+            lines += ['**Parameters**', '', '| name | type | default | description |',
+                      '|---|---|---|---|']
+            lines += [f'| `{p.name}` | {p.kind} | {_code(p.default)} | {_cell(p.doc)} |'
+                      for p in found.parameters]
+            lines.append('')
         for kind, rows in found.endpoints.items():
             title, what = titles.get(kind, (kind, 'name'))
             lines += _table(title, f'| {what} | type | description |', rows)
