@@ -105,7 +105,7 @@ def _cmd_fit(args) -> int:
                 result.method, result.estimate, result.particles, result.covariance))
     else:
         extra['data'] = [os.path.abspath(p) for p in args.data]
-    urdf = pipeline.identified_urdf(problem, result.estimate)
+    urdf = problem.identified_urdf(result.estimate)
     controller = None
     if cfg.online.push_parameters:              # what the live estimator would push
         controller = results.controller_parameters_file(
@@ -282,7 +282,8 @@ def _cmd_excite(args) -> int:
     print(f'{designed.design.duration:g} s motion of {problem.model.name}: log det '
           f'{designed.result.start_log_det:.4g} (random start) -> {designed.result.log_det:.4g}'
           f' in {designed.result.iterations} L-BFGS iterations, condition number '
-          f'{designed.condition_number:.3g}, largest use of a limit {100 * designed.largest_use:.1f} %, '
+          f'{designed.condition_number:.3g}, largest use of a limit '
+          f'{100 * designed.largest_use:.1f} %, '
           f'{time.perf_counter() - start:.1f} s; wrote {", ".join(paths)}')
     if not designed.passed:
         print(f'sysid excite: error: the motion breaks a limit even at rest; see '

@@ -30,12 +30,12 @@ import math
 import os
 import re
 from typing import Any, Mapping
-from xml.parsers.expat import ExpatError
 
 from sysid_ros.core.model import parameters as _parameters
 from sysid_ros.core.inference import registry
 from sysid_ros.core.likelihoods import equation_error as _equation_error
 from sysid_ros.core.likelihoods import likelihood as _likelihood
+from sysid_ros.io import model_io
 from sysid_ros.io.errors import InputError, located, read_yaml
 
 __all__ = [
@@ -93,9 +93,6 @@ _UNUSED_BY_ACTUATOR = {
     'coulomb_viscous': ('stribeck.torque', 'stribeck.velocity'),
 }
 _BOUND_KEYS = ('min', 'max', 'init')
-_URI = re.compile(r'^[A-Za-z][A-Za-z0-9+.\-]*:')          # example-robot-data:panda
-_PACKAGE_URI = 'package://'
-_XACRO_SUFFIX = '.xacro'
 _ROS_NAME = re.compile(r'^(~/?|/)?[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$')
 _SCIENTIFIC = re.compile(r'^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$')  # '1e-3': a str in YAML 1.1
 
@@ -325,54 +322,13 @@ def _payload(d: Mapping[str, Any], path: str | None) -> dict[str, Any]:
 
 
 def _resolve_urdf(urdf: str, path: str | None) -> str:
-    """Resolve a URDF file path against the config's folder and `package://PKG/FILE` in PKG's
-    share folder, expand a `.xacro` file to URDF XML; keep XML and other `scheme:` refs."""
-    if urdf.lstrip().startswith('<') or (_URI.match(urdf)
-                                         and not urdf.startswith(_PACKAGE_URI)):
-        return urdf
-    if urdf.startswith(_PACKAGE_URI):
-        resolved = _package_file(urdf, path)
-    else:
-        resolved = os.path.expanduser(urdf)
-        if not os.path.isabs(resolved) and path is not None:
-            resolved = os.path.join(os.path.dirname(os.path.abspath(path)), resolved)
-        resolved = os.path.normpath(resolved)
-    if not os.path.isfile(resolved):
-        raise _error(path, 'model.urdf', f'expected an existing URDF file, got {urdf!r} '
-                     f'(looked for {resolved})')
-    if resolved.endswith(_XACRO_SUFFIX):
-        return _expand_xacro(resolved, path)
-    return resolved
-
-
-def _expand_xacro(file: str, path: str | None) -> str:
-    """The URDF XML that the `xacro` package (what `ros2 run xacro xacro FILE` runs) makes of
-    FILE, with its default arguments."""
+    """`model_io.resolve_urdf` against the folder of the config file `path`; its errors
+    name `model.urdf`."""
+    folder = None if path is None else os.path.dirname(os.path.abspath(path))
     try:
-        import xacro
-    except ImportError as exc:
-        raise _error(path, 'model.urdf', f'{file}: a .xacro file needs the xacro package '
-                     '(pip install xacro, or a ROS 2 install)') from exc
-    try:
-        return xacro.process_file(file).toxml()
-    except (xacro.XacroException, ExpatError) as exc:
-        raise _error(path, 'model.urdf', f'{file}: xacro: {exc}') from exc
-
-
-def _package_file(uri: str, path: str | None) -> str:
-    """`package://PKG/FILE` -> FILE in the share folder of the ROS 2 package PKG, looked up in
-    the ament index (AMENT_PREFIX_PATH) as ROS 2 tools resolve such URIs."""
-    package, _, relative = uri[len(_PACKAGE_URI):].partition('/')
-    try:
-        from ament_index_python.packages import get_package_share_directory
-    except ImportError as exc:
-        raise _error(path, 'model.urdf', f'{uri!r} needs ament_index_python (a ROS 2 install '
-                     'or the ros-ament-index-python wheel)') from exc
-    try:
-        return os.path.join(get_package_share_directory(package), relative)
-    except (LookupError, ValueError, OSError) as exc:       # OSError: no AMENT_PREFIX_PATH
-        raise _error(path, 'model.urdf', f'expected a package:// URI of an installed ROS 2 '
-                     f'package, got {uri!r} ({exc})') from exc
+        return model_io.resolve_urdf(urdf, folder)
+    except model_io.ModelError as exc:
+        raise _error(path, 'model.urdf', str(exc)) from exc
 
 
 def _check_factory(kind: str, builder: str, args: Mapping[str, Any], path: str | None) -> None:
@@ -565,7 +521,7 @@ class EstimatorConfig:
         likelihood: `profiled` (for each particle at the state that fits the window best,
         `core.likelihoods.profiled_start`; needs `shooting_windows: 1`), `measured` (at the
         measured state; a fit from the lm estimate refits it there and holds it,
-        `io.fitting.refit_windows`) or `auto` (default): `profiled` for single shooting,
+        `io.window_refit`) or `auto` (default): `profiled` for single shooting,
         else `measured`. A start held fixed makes the posterior the conditional one given
         the starts: narrower than the truth allows and centred on the estimate that fitted
         them (`bench/calibration.py`).
@@ -575,10 +531,10 @@ class EstimatorConfig:
         with `shooting_windows: 1` and `likelihood: product` (else every piece).
       init: where the Bayesian methods start: `point` (default: from the lm estimate, for
         single-shooting windows refitted on the Bayesian windows, and its Laplace
-        covariance, clipped into the bounds; `io.fitting`) or `sobol` (Sobol points over
+        covariance, clipped into the bounds; `io.start_fit`) or `sobol` (Sobol points over
         the bounds, for multimodal problems).
       learning_rate: step size: Adam's (in unconstrained coordinates) for diffnea, csvgd and
-        svgd; for sgld the drift of the first Langevin step (see `io.bayes`).
+        svgd; for sgld the drift of the first Langevin step (`core.inference.methods`).
       seed: PRNG seed.
       loss: `one_step` (next-state prediction) or `rollout` (simulate `rollout_horizon` steps).
       rollout_horizon: steps simulated per window in the `rollout` loss [steps].
@@ -630,7 +586,7 @@ class OnlineConfig:
         fraction of each parameter's bounds width [-]; also the random-walk noise added to
         the covariance of the sequential prior (a parameter that drifts; 0: none). A sudden
         change (a payload) needs neither: the prior-data conflict test widens the prior of
-        a window that disagrees with it (`io.online.conflict_inflation`), except for
+        a window that disagrees with it (`io.sequential_prior.conflict_inflation`), except for
         equation-error windows, which have no such test and follow changes only through
         jitter and forgetting. Both widen a static parameter's intervals past its posterior.
       forgetting: lambda in (0, 1]: each window's prior is the previous posterior as a

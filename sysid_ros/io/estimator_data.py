@@ -47,14 +47,15 @@ Which data a method takes is its registry entry's `data` kind (`core.inference.r
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from sysid_ros.core.dynamics import integrators, observations
-from sysid_ros.core.inference import point_estimators, registry
+from sysid_ros.core.inference import registry
+from sysid_ros.core.inference.kernels import nea
 from sysid_ros.core.inference.methods import Target
 from sysid_ros.core.likelihoods import equation_error
 from sysid_ros.core.likelihoods import likelihood as lik
@@ -77,6 +78,9 @@ __all__ = [
     'EQUATION_PIECE_S',
     'ShootingProblem',
     'MethodData',
+    'Residual',
+    'RESIDUAL_FAMILIES',
+    'residual_family',
     'check_bounds',
     'estimate_noise_std',
     'configured_noise_std',
@@ -476,7 +480,7 @@ def nea_samples(traj: Trajectory) -> dict[str, np.ndarray]:
 
 
 def regressor_data(problem: Problem, trajs: Sequence[Trajectory]
-                   ) -> point_estimators.RegressorData:
+                   ) -> nea.RegressorData:
     """NEA's data: the samples of all trajectories stacked (see `nea_samples`)."""
     parts = {k: [] for k in ('q', 'qd', 'qdd', 'tau')}
     for traj in trajs:
@@ -487,7 +491,7 @@ def regressor_data(problem: Problem, trajs: Sequence[Trajectory]
                             arrays['qdd'], arrays['tau'])
 
 
-_stack_regressor = jax.jit(point_estimators.make_regressor_data, static_argnums=0)
+_stack_regressor = jax.jit(nea.make_regressor_data, static_argnums=0)
 
 
 def segments(problem: Problem, trajs: Sequence[Trajectory], horizon: int) -> losses.Segments:
@@ -503,6 +507,36 @@ def segments(problem: Problem, trajs: Sequence[Trajectory], horizon: int) -> los
                                     [t.tau for t in trajs], horizon)
     except ValueError as exc:
         raise DataError(str(exc)) from exc
+
+
+class Residual(NamedTuple):
+    """What a likelihood family (`estimator.residual`) sets in the io layer.
+
+    Attributes:
+      shooting: the builder of its 'shooting' data (`shooting_problem`,
+        `equation_error_problem`).
+      data_kinds: the registry data kinds (`registry.DATA_KINDS`) whose methods fit it.
+      simulates: whether its fit simulates the model, so that an integration step is to be
+        chosen (`io.integration_step`); else its residuals are torques through the inverse
+        dynamics of filtered signals, whose noise the excitation design weighs
+        (`io.excitation`).
+    """
+
+    shooting: Callable
+    data_kinds: tuple[str, ...]
+    simulates: bool
+
+
+# The one table of the likelihood families, by `estimator.residual`.
+RESIDUAL_FAMILIES = {
+    'output_error': Residual(shooting_problem, registry.DATA_KINDS, True),
+    'equation_error': Residual(equation_error_problem, ('shooting',), False),
+}
+
+
+def residual_family(name: str) -> Residual:
+    """The entry of `RESIDUAL_FAMILIES` of a residual name (`config.RESIDUALS`)."""
+    return RESIDUAL_FAMILIES[name]
 
 
 class MethodData(NamedTuple):
@@ -530,15 +564,15 @@ def method_data(problem: Problem, trajs: Sequence[Trajectory], kind: str,
     cfg = problem.config
     target = Target(model=problem.model, base_params=problem.base_params, spec=problem.spec,
                     actuator=cfg.model.actuator)
-    if cfg.estimator.residual == 'equation_error' and kind != 'shooting':
-        raise _error(problem, 'estimator.residual', f'equation_error is a likelihood of lm '
-                     f'and the Bayesian methods ({", ".join(registry.BAYESIAN_METHODS)}); '
+    family = residual_family(cfg.estimator.residual)
+    if kind not in family.data_kinds:
+        raise _error(problem, 'estimator.residual', f'{cfg.estimator.residual} is a '
+                     'likelihood of lm and the Bayesian methods '
+                     f'({", ".join(registry.BAYESIAN_METHODS)}); '
                      f'{cfg.estimator.method} takes {kind} data: set output_error (nea '
                      'regresses torques already, diffnea has estimator.loss)')
     if kind == 'shooting':
-        build = (equation_error_problem if cfg.estimator.residual == 'equation_error'
-                 else shooting_problem)
-        sp = build(problem, trajs, theta)
+        sp = family.shooting(problem, trajs, theta)
         return MethodData(target._replace(likelihood=sp.likelihood), sp.data, sp.info)
     if kind == 'segments':
         loss_fn = losses.make_loss_fn(problem.model, cfg.estimator.loss, problem.dt,

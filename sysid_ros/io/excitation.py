@@ -49,7 +49,7 @@ from sysid_ros.core.likelihoods import equation_error
 from sysid_ros.io import estimator_data
 from sysid_ros.io.config import config_error
 from sysid_ros.io.errors import InputError, located, read_yaml
-from sysid_ros.io.problem import MechanismProblem, Problem
+from sysid_ros.io.problem import Problem
 from sysid_ros.io.trajectory import Trajectory, save_trajectory
 
 __all__ = [
@@ -301,7 +301,7 @@ def design_problem(problem: Problem, prior: str | None = None,
       ConfigError: a mechanism, an actuator without an inverse, bad limits or start.
       InputError: an unreadable prior.
     """
-    if isinstance(problem, MechanismProblem):
+    if problem.config.model.mechanism is not None:
         raise config_error(problem.config, 'model.mechanism', 'sysid excite designs for '
                            'kinematic trees (model.urdf or model.builder)')
     cfg = problem.config
@@ -317,9 +317,9 @@ def design_problem(problem: Problem, prior: str | None = None,
     t_design = np.linspace(0.0, duration, max(int(round(duration * ex.design_rate)), 2) + 1)
     samples = rate * duration / (len(t_design) - 1)          # recorded per design sample
     noise = {}
-    if cfg.estimator.residual == 'equation_error':
+    if not estimator_data.residual_family(cfg.estimator.residual).simulates:
         state_var, torque_var, torque_std, taps = equation_noise(problem)
-        noise = dict(residual='equation_error', state_var=state_var, torque_var=torque_var,
+        noise = dict(residual=cfg.estimator.residual, state_var=state_var, torque_var=torque_var,
                      torque_std=torque_std)
         samples /= taps                                       # the fit keeps every L-th
     return design_lib.DesignProblem(
@@ -552,7 +552,7 @@ def _summary(excitation: Excitation) -> dict:
         'noise': {'velocity_std': [float(v) for v in excitation.velocity_std],
                   'source': excitation.noise_source,
                   **({'acceleration_std': [float(v) for v in dp.accel_std]}
-                     if dp.residual == 'output_error' else
+                     if estimator_data.residual_family(dp.residual).simulates else
                      {'filtered_state_std': np.sqrt(dp.state_var).tolist(),
                       'filtered_torque_std': np.sqrt(dp.torque_var).tolist(),
                       'torque_std': (None if dp.torque_std is None

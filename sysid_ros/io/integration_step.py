@@ -91,7 +91,7 @@ def integrates(problem: Problem, method: str) -> bool:
     """Whether `method`'s fit simulates the model (not the inverse-dynamics regressors, not
     the equation-error residual): only then is there a step to choose."""
     return (registry.lookup(method).data != 'regressor'
-            and problem.config.estimator.residual != 'equation_error')
+            and estimator_data.residual_family(problem.config.estimator.residual).simulates)
 
 
 def _stretches(problem: Problem, trajs: Sequence[Trajectory]):

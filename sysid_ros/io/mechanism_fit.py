@@ -20,7 +20,7 @@ import numpy as np
 
 from sysid_ros.core.constrained import mechanisms
 from sysid_ros.io.config import config_error
-from sysid_ros.io.fitting import FitResult
+from sysid_ros.io.fit_result import FitResult
 from sysid_ros.io.problem import MechanismProblem
 from sysid_ros.io.trajectory import DataError, Trajectory
 

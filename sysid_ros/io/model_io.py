@@ -8,7 +8,9 @@ their parent body; continuous joints (cos/sin in Pinocchio) become 1-DoF revolut
 from __future__ import annotations
 
 import os
+import re
 import sysconfig
+from xml.parsers.expat import ExpatError
 
 import jax.numpy as jnp
 import numpy as np
@@ -27,6 +29,9 @@ EXAMPLE_ROBOTS = {
     'double_pendulum': ('double_pendulum_description/urdf/double_pendulum.urdf', ()),
 }
 
+_URI = re.compile(r'^[A-Za-z][A-Za-z0-9+.\-]*:')          # example-robot-data:panda
+_PACKAGE_URI = 'package://'
+_XACRO_SUFFIX = '.xacro'
 _AXIS_BY_SUFFIX = {'X': (1.0, 0.0, 0.0), 'Y': (0.0, 1.0, 0.0), 'Z': (0.0, 0.0, 1.0)}
 
 
@@ -45,6 +50,63 @@ def example_robot_urdf(name: str) -> tuple[str, tuple[str, ...]]:
     if not os.path.isfile(path):
         raise ModelError(f'{path}: not found; is the example-robot-data wheel installed?')
     return path, locked
+
+
+def resolve_urdf(urdf: str, folder: str | None = None) -> str:
+    """What `load_pinocchio` takes for a configured `model.urdf`: a file path resolved
+    against `folder` (the config file's; None: the working directory) or, for
+    `package://PKG/FILE`, in PKG's share folder; a `.xacro` file expanded to URDF XML; URDF
+    XML and other `scheme:` references (`example-robot-data:panda`) unchanged.
+
+    Raises:
+      ModelError: no such file, an unknown package, or a xacro file that cannot be expanded.
+    """
+    if urdf.lstrip().startswith('<') or (_URI.match(urdf)
+                                         and not urdf.startswith(_PACKAGE_URI)):
+        return urdf
+    if urdf.startswith(_PACKAGE_URI):
+        resolved = _package_file(urdf)
+    else:
+        resolved = os.path.expanduser(urdf)
+        if not os.path.isabs(resolved) and folder is not None:
+            resolved = os.path.join(folder, resolved)
+        resolved = os.path.normpath(resolved)
+    if not os.path.isfile(resolved):
+        raise ModelError(f'expected an existing URDF file, got {urdf!r} (looked for '
+                         f'{resolved})')
+    if resolved.endswith(_XACRO_SUFFIX):
+        return _expand_xacro(resolved)
+    return resolved
+
+
+def _expand_xacro(file: str) -> str:
+    """The URDF XML that the `xacro` package (what `ros2 run xacro xacro FILE` runs) makes of
+    FILE, with its default arguments."""
+    try:
+        import xacro
+    except ImportError as exc:
+        raise ModelError(f'{file}: a .xacro file needs the xacro package (pip install xacro, '
+                         'or a ROS 2 install)') from exc
+    try:
+        return xacro.process_file(file).toxml()
+    except (xacro.XacroException, ExpatError) as exc:
+        raise ModelError(f'{file}: xacro: {exc}') from exc
+
+
+def _package_file(uri: str) -> str:
+    """`package://PKG/FILE` -> FILE in the share folder of the ROS 2 package PKG, looked up in
+    the ament index (AMENT_PREFIX_PATH) as ROS 2 tools resolve such URIs."""
+    package, _, relative = uri[len(_PACKAGE_URI):].partition('/')
+    try:
+        from ament_index_python.packages import get_package_share_directory
+    except ImportError as exc:
+        raise ModelError(f'{uri!r} needs ament_index_python (a ROS 2 install or the '
+                         'ros-ament-index-python wheel)') from exc
+    try:
+        return os.path.join(get_package_share_directory(package), relative)
+    except (LookupError, ValueError, OSError) as exc:       # OSError: no AMENT_PREFIX_PATH
+        raise ModelError(f'expected a package:// URI of an installed ROS 2 package, got '
+                         f'{uri!r} ({exc})') from exc
 
 
 def _joint_kind(jmodel, name: str):

@@ -30,33 +30,24 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
     where it identifies every parameter, is the next prior, not the particles' moments
     (20-30 steps from Sobol points leave them short of the posterior).
   * Laplace start (windows of one piece each, of a single-shooting or the equation-error
-    likelihood, once there is a posterior): `fitting.refit_windows` fits the window alone
+    likelihood, once there is a posterior): `refit_windows` fits the window alone
     and then prior x window (parameters and start states, Levenberg-Marquardt; the
     equation error has no start states); the particles are drawn around the
-    second fit from its Laplace covariance and step in its stds (`methods.whitened`), and
+    second fit from its Laplace covariance and step in its stds (`optimisers.whitened`), and
     that fit (m, C) is what the next prior is built from, not the particles' moments, whose
-    sampling error (16 particles) would compound window after window. On the double
-    pendulum the session then matches the Laplace posterior of all windows fitted at once
-    (std 0.88-1.09 of it, mean within 0.8 of its std, after 5-60 windows); before (steps
-    of 0.1 in z, forgetting 0.95, jitter 0.01) they were 50-900 times wider, their means
-    up to 460 of its stds off.
+    sampling error (16 particles) would compound window after window (docs/design/io.md).
   * Noise scale (`noise_scale`, from the newest NOISE_SCALE_WINDOWS windows): each
     Laplace window's own fit is compared with its prior; where the fits scatter more than
     their covariances say (model error: residuals correlated in time hold less
     information than white noise), the windows' noise variance is multiplied by the factor
     s that makes that scatter typical, and every later window samples prior x
-    window^(1/s). On the double pendulum (20 truths each) it raised 90 % coverage
-    after 10 / 30 / 60 windows from 0.938 / 0.875 / 0.838 to 0.950 / 0.938 / 0.875 on
-    exact recordings and from 0.812 / 0.775 / 0.825 to 0.838 / 0.812 / 0.825 on
-    MuJoCo's, where s stayed at 1-1.3: what was left there is a bias the windows share, in
-    part RK4's error at the 10 ms sample period, which the integration step now removes.
+    window^(1/s) (coverage measured in docs/design/io.md).
   * Prior-data conflict (`conflict_inflation`): when the window's own fit lies too far from
     the prior for a static parameter (chi-square test at CONFLICT_LEVEL), the prior's
     covariance is widened just enough for the two to agree (a payload picked up); the factor
     is `WindowResult.prior_inflation`. The test reads the noise scale of the earlier
     windows, and a window that fails it stays out of the noise scale. The equation error's
-    windows have both since 2026-11-28 (before, only jitter and forgetting followed a
-    change there): `make demo`'s Panda followed its pick-up in 2.1 s instead of 9.0.
+    windows have both.
   * What carries over between windows is the estimator's `rebase` (`core.inference.methods`:
     for CSVGD the particles; the shooting states restart on the new window's measurements,
     the multipliers at zero and Adam's moments afresh). The first window `init`s it.
@@ -70,9 +61,8 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
     particles that the window's last step started from) is not finite, exceeds
     `online.divergence_factor` times the loss of the particles it started from on the same
     window, or leaves non-finite particles is a divergence: the particles go back to the last
-    good posterior and the event is counted. (Against the last good window's loss, a
-    pick-up that raised every particle's loss past the factor counted as a divergence in
-    every later window, so the estimate never followed it.)
+    good posterior and the event is counted. The reference is the window's own starting
+    loss, so that a change that raises every particle's loss is followed, not refused.
   * Files (`save`, `load_posterior`): `<stem>.npz` (`particles` (P, M), `names` (M,),
     `lower`, `upper` (M,)) and `<stem>.yaml` (names with mean, std and the 95 % interval
     `ci95` that holds the truth at that rate for a calibrated posterior of few particles,
@@ -88,45 +78,35 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
-import tempfile
 import threading
 import time
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.stats
-import yaml
 
 from sysid_ros.core.inference import intervals, particles, registry
 from sysid_ros.core.inference.base import GaussianPrior
 from sysid_ros.core.likelihoods import likelihood as lik
-from sysid_ros.io import estimator_data, fitting, integration_step, simulation
+from sysid_ros.io import compile_cache, estimator_data, integration_step, posterior_files
+from sysid_ros.io import sequential_prior, simulation
 from sysid_ros.io.config import config_error
 from sysid_ros.io.problem import Problem, prepare_trajectories
-from sysid_ros.io.trajectory import DataError, Trajectory, hold_torques
+from sysid_ros.io.trajectory import Trajectory, hold_torques
 from sysid_ros.io.window_buffer import Window
+from sysid_ros.io.window_refit import refit_windows
 
 __all__ = [
     'WindowResult',
     'OnlineSession',
-    'posterior_paths',
-    'load_posterior',
     'window_trajectory',
-    'conflict_inflation',
-    'Innovation',
-    'noise_scale',
 ]
 
 # Smallest random-walk std of the sequential prior, as a fraction of the bounds width [-]:
 # keeps the prior of few or identical particles invertible. (1e-4 was many posterior stds
 # after 30 windows of the double pendulum, whose masses' stds reach 1e-5 of the width.)
 PRIOR_FLOOR = 1e-9
-# Prior-data conflict (`conflict_inflation`): the tail probability of the test, and the
-# largest inflation (beyond it the prior is as good as flat).
-CONFLICT_LEVEL = 1e-3
-MAX_INFLATION = 1e12
 # Windows whose innovations the noise scale is read from (the newest): the estimate stays an
 # average of hundreds of windows, and its cost (a solve per window and bisection step:
 # 45 ms per window after 3600 windows when unbounded) stays bounded in a session of hours.
@@ -163,74 +143,6 @@ class WindowResult(NamedTuple):
     predicted: np.ndarray
     prior_inflation: float = 1.0
     noise_scale: float = 1.0
-
-
-class Innovation(NamedTuple):
-    """How one Laplace window's own fit lay against its prior (`noise_scale`).
-
-    Attributes:
-      offset: (M,) the window-alone fit minus the prior's mean [physical].
-      prior_covariance: (M, M) the prior's covariance C.
-      window_covariance: (M, M) the window-alone fit's Laplace covariance C_w at the
-        configured (or estimated) noise, before any noise scale.
-    """
-
-    offset: np.ndarray
-    prior_covariance: np.ndarray
-    window_covariance: np.ndarray
-
-
-def posterior_paths(path: str | os.PathLike) -> tuple[str, str]:
-    """(`<stem>.npz`, `<stem>.yaml`) of a posterior path given with or without an extension."""
-    stem, ext = os.path.splitext(os.fspath(path))
-    if ext not in ('.npz', '.yaml'):
-        stem = os.fspath(path)
-    return stem + '.npz', stem + '.yaml'
-
-
-def _write_atomic(path: str, write) -> None:
-    """Call `write(file object)` on a temporary file beside `path`, then rename it to `path`."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix='.' + os.path.basename(path) + '.')
-    try:
-        with os.fdopen(fd, 'wb') as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)                    # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def load_posterior(path: str | os.PathLike, names) -> np.ndarray:
-    """(P, M) particles of a posterior file, columns in the order of `names` (M,).
-
-    Raises:
-      DataError: unreadable file, missing keys, parameters missing or non-finite values
-        (naming the file).
-    """
-    npz, _ = posterior_paths(path)
-    try:
-        with np.load(npz, allow_pickle=False) as f:
-            particles = np.asarray(f['particles'], dtype=float)
-            stored = [str(n) for n in f['names']]
-    except (OSError, ValueError, KeyError) as exc:
-        raise DataError(f'{npz}: cannot read a posterior (particles, names): {exc}') from exc
-    if particles.ndim != 2 or particles.shape[1] != len(stored) or not len(particles):
-        raise DataError(f'{npz}: particles: expected (P, {len(stored)}), got '
-                        f'{particles.shape}')
-    missing = [n for n in names if n not in stored]
-    if missing:
-        raise DataError(f'{npz}: names: no parameter {missing[0]!r}; the file has '
-                        f'{", ".join(stored)}')
-    particles = particles[:, [stored.index(n) for n in names]]
-    if not np.all(np.isfinite(particles)):
-        raise DataError(f'{npz}: particles: non-finite values')
-    return particles
 
 
 def window_trajectory(problem: Problem, window: Window, index: int = 0) -> Trajectory:
@@ -339,7 +251,7 @@ class OnlineSession:
             cfg = self.problem.config
             theta0 = None
             if self.warm_start:
-                theta0 = load_posterior(self.warm_start, self.names)
+                theta0 = posterior_files.load_posterior(self.warm_start, self.names)
                 if len(theta0) != self.num_particles:   # resample to the configured count
                     theta0 = theta0[self._rng.integers(0, len(theta0), self.num_particles)]
             self._particles = particles.initial_particles(
@@ -415,31 +327,32 @@ class OnlineSession:
         (where an uninformative window's Laplace would have no spread), where the fits fail,
         and for windows of several pieces (multiple shooting): the (jittered) particles
         themselves."""
-        if not (self._has_posterior and _laplace_windows(prepared) and _proper(prior)):
+        if not (self._has_posterior and _laplace_windows(prepared)
+                and sequential_prior.is_proper(prior)):
             return self._jittered(), prepared, prior, None, 1.0
         flat = GaussianPrior(mean=prior.mean, precision=jnp.zeros_like(prior.precision))
-        alone = fitting.refit_windows(self.problem, prepared, prior.mean, flat)
+        alone = refit_windows(self.problem, prepared, prior.mean, flat)
         inflation = 1.0
         if alone.theta is not None:
             # The test reads the noise scale of the windows before this one: a window that
             # fails it is a change (a payload picked up), not a scatter, and stays out of
             # the scale, which it would otherwise raise until it hid the change itself.
-            inflation = conflict_inflation(prior, alone.theta,
+            inflation = sequential_prior.conflict_inflation(prior, alone.theta,
                                            self._noise_scale * alone.covariance)
             if inflation > 1.0:
                 prior = GaussianPrior(mean=prior.mean, precision=prior.precision / inflation)
             elif self._summary is not None:
                 # Only a Laplace posterior is a prior the window's scatter is measured against
                 # (a first window that identified too little leaves the particles' moments).
-                self._innovations.append(Innovation(
+                self._innovations.append(sequential_prior.Innovation(
                     offset=np.asarray(alone.theta, dtype=float) - np.asarray(prior.mean),
                     prior_covariance=np.linalg.inv(np.asarray(prior.precision, dtype=float)),
                     window_covariance=np.asarray(alone.covariance, dtype=float)))
-                self._noise_scale = noise_scale(self._innovations)
+                self._noise_scale = sequential_prior.noise_scale(self._innovations)
         scale = self._noise_scale
         # prior x window^(1/s) has the mode of s prior x window and s times its covariance.
         tempered = GaussianPrior(mean=prior.mean, precision=prior.precision * scale)
-        joint = fitting.refit_windows(self.problem, prepared, prior.mean, tempered)
+        joint = refit_windows(self.problem, prepared, prior.mean, tempered)
         if joint.theta is None:
             return self._jittered(), prepared, prior, None, inflation
         covariance = scale * np.asarray(joint.covariance, dtype=float)
@@ -460,11 +373,12 @@ class OnlineSession:
         the posterior. None where there is none (the window's likelihood has no Laplace
         start, the prior is not flat, the fit failed or its covariance is not positive
         definite: the window does not identify every parameter)."""
-        if not _laplace_windows(prepared) or _proper(prior) or not np.isfinite(losses).any():
+        if (not _laplace_windows(prepared) or sequential_prior.is_proper(prior)
+                or not np.isfinite(losses).any()):
             return None
         best = theta[int(np.nanargmin(np.where(np.isfinite(losses), losses, np.nan)))]
-        fit = fitting.refit_windows(self.problem, prepared, best, prior)
-        if fit.theta is None or not _positive_definite(fit.covariance):
+        fit = refit_windows(self.problem, prepared, best, prior)
+        if fit.theta is None or not sequential_prior.positive_definite(fit.covariance):
             return None
         return np.asarray(fit.theta, dtype=float), np.asarray(fit.covariance, dtype=float)
 
@@ -486,14 +400,14 @@ class OnlineSession:
 
     def _start(self, theta: np.ndarray, prepared: estimator_data.MethodData, laplace: bool):
         """The estimator state on this window's data at particles `theta` (P, M); `laplace`:
-        they are a Laplace draw, and the steps count in their stds (`methods.whitened`)
+        they are a Laplace draw, and the steps count in their stds (`optimisers.whitened`)
         instead of in z, whose steps of 0.1 scatter them far beyond a narrow posterior. The
         first window's Sobol points step in z: whitened by their own spread, the test's
         first window ended at loss 13373 instead of 2398 (`test/io/test_online.py`)."""
         cfg = self.problem.config
         if laplace not in self._estimators:
-            options = fitting.method_options(self.problem, cfg.online.iterations_per_window)
-            self._estimators[laplace] = fitting.compiled_estimator(
+            options = compile_cache.method_options(self.problem, cfg.online.iterations_per_window)
+            self._estimators[laplace] = compile_cache.compiled_estimator(
                 self.problem, self.method, prepared.target, options._replace(whiten=laplace))
         self._estimator = self._estimators[laplace]
         theta = particles.initial_particles(self.problem.spec, self.problem.base_params,
@@ -593,7 +507,7 @@ class OnlineSession:
             posterior of the last completed window is written (particles are replaced,
             never changed in place).
         """
-        npz, yml = posterior_paths(path)
+        npz, yml = posterior_files.posterior_paths(path)
         locked = self._lock.acquire(timeout=-1 if timeout is None else timeout)
         try:
             theta = self._particles.copy()
@@ -613,111 +527,17 @@ class OnlineSession:
         finally:
             if locked:
                 self._lock.release()
-        _write_atomic(npz, lambda f: np.savez(f, particles=theta, names=np.array(self.names),
-                                              lower=self.lower, upper=self.upper))
-        text = yaml.safe_dump(summary, sort_keys=False).encode('utf-8')
-        _write_atomic(yml, lambda f: f.write(text))
+        posterior_files.write_posterior(npz, yml, theta, self.names, self.lower, self.upper,
+                                        summary)
         return npz, yml
 
 
 
-def _positive_definite(matrix) -> bool:
-    """Whether a symmetric matrix (M, M) is finite and positive definite."""
-    matrix = np.asarray(matrix, dtype=float)
-    return bool(np.all(np.isfinite(matrix)) and np.linalg.eigvalsh(matrix).min() > 0.0)
-
-
-def _proper(prior: GaussianPrior) -> bool:
-    """Whether the prior's precision is positive definite (no flat direction)."""
-    return _positive_definite(prior.precision)
-
-
 def _laplace_windows(prepared: estimator_data.MethodData) -> bool:
     """Whether the windows have a Laplace start: one window per piece, what
-    `fitting.refit_windows` fits (a single-shooting likelihood, the equation error)."""
+    `refit_windows` fits (a single-shooting likelihood, the equation error)."""
     setting = prepared.target.likelihood
     return setting is not None and setting.num_windows == 1
-
-
-def _solve_decreasing(statistic, target: float) -> float:
-    """k in [1, MAX_INFLATION] with statistic(log k) = target, for a statistic that falls with
-    k (bisection on log k): 1 where it is at most the target at k = 1, MAX_INFLATION where it
-    is still above it there."""
-    lo, hi = 0.0, float(np.log(MAX_INFLATION))
-    if not statistic(lo) > target:
-        return 1.0
-    if statistic(hi) > target:
-        return MAX_INFLATION
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if statistic(mid) > target else (lo, mid)
-    return float(np.exp(hi))
-
-
-def conflict_inflation(prior: GaussianPrior, theta_window, covariance_window) -> float:
-    """The factor k >= 1 by which the prior's covariance is widened for a window whose own
-    fit disagrees with it (a payload picked up).
-
-    With d = theta_window - prior mean, C the prior's covariance and C_w the window-alone
-    fit's covariance (times the session's noise scale), D(k) = d^T (k C + C_w)^-1 d is
-    chi-square with M degrees of freedom when the parameters did not change. Above its
-    1 - CONFLICT_LEVEL quantile, k is the value that brings D(k) down to M, its expectation
-    (MAX_INFLATION if even that is not enough); else 1.
-
-    Args:
-      prior: the sequential prior (mean (M,), precision (M, M)).
-      theta_window: (M,) the window's fit without the prior.
-      covariance_window: (M, M) its covariance.
-    """
-    if not _proper(prior):
-        return 1.0                            # a flat direction holds any data
-    cov = np.linalg.inv(np.asarray(prior.precision, dtype=float))
-    cov_w = np.asarray(covariance_window, dtype=float)
-    d = np.asarray(theta_window, dtype=float) - np.asarray(prior.mean, dtype=float)
-    m = len(d)
-
-    def statistic(log_k):
-        return float(d @ np.linalg.solve(np.exp(log_k) * cov + cov_w, d))
-
-    if not statistic(0.0) > scipy.stats.chi2.ppf(1.0 - CONFLICT_LEVEL, m):
-        return 1.0
-    return _solve_decreasing(statistic, m)
-
-
-def noise_scale(innovations: Sequence[Innovation]) -> float:
-    """The factor s >= 1 by which the windows' noise variance is multiplied so that their own
-    fits scatter about their priors as much as their covariances say (model error).
-
-    For window j with offset d_j, prior covariance C_j and window covariance C_w,j
-    (`Innovation`), D_j(s) = d_j^T (C_j + s C_w,j)^-1 d_j is chi-square with M degrees of
-    freedom when the model is right and s = 1. Residuals that the model leaves correlated
-    in time (an integrator, a friction or a compliance the model lacks) hold less
-    information than white noise of their size: each window's fit then scatters more than
-    its covariance says, and a posterior of many windows holds the truth less often than it
-    claims. s is the value at which the mean of min(D_j(s), q) over the windows is that of
-    min(chi-square_M, q), q the conflict test's quantile (innovation-based adaptive
-    estimation; the mean, because a posterior of many windows errs by their mean error;
-    clipped at q, so that no single window, however far off, outweighs the others; windows
-    that fail the conflict test, a payload picked up, are left out by `OnlineSession`); at
-    least 1 (the noise std is configured or estimated: s models what the windows' errors
-    add), at most MAX_INFLATION.
-    """
-    if not innovations:
-        return 1.0
-    d = np.stack([i.offset for i in innovations])[..., None]            # (N, M, 1)
-    cov = np.stack([i.prior_covariance for i in innovations])           # (N, M, M)
-    cov_w = np.stack([i.window_covariance for i in innovations])        # (N, M, M)
-    m = d.shape[1]
-    clip = scipy.stats.chi2.ppf(1.0 - CONFLICT_LEVEL, m)
-    # E min(X, q) for X ~ chi-square_M: M P(chi-square_{M+2} <= q) + q P(X > q).
-    target = m * scipy.stats.chi2.cdf(clip, m + 2) + clip * scipy.stats.chi2.sf(clip, m)
-
-    def statistic(log_s):
-        spread = cov + np.exp(log_s) * cov_w
-        values = np.sum(d * np.linalg.solve(spread, d), axis=(1, 2))
-        return float(np.mean(np.minimum(values, clip)))
-
-    return _solve_decreasing(statistic, target)
 
 
 def _predictive_ess(prepared: estimator_data.MethodData, loss: np.ndarray) -> float:

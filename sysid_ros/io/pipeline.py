@@ -2,11 +2,11 @@
 and the io layer's front door: what users and nodes call lives here or is re-exported here.
 
     config -> Problem (`io.problem`) -> data (`io.estimator_data`) -> estimator (registry)
-        -> fit loop (`io.fitting`) -> FitResult
+        -> fit loop (`io.estimator_fit`) -> FitResult
 
 `fit` dispatches: a planar mechanism (`MechanismProblem`) to the factor graph
 (`io.mechanism_fit`), everything else to the registered estimator of `estimator.method`
-(`io.fitting.fit_estimator`). Simulation and held-out scores: `io.simulation`.
+(`io.estimator_fit.fit_estimator`). Simulation and held-out scores: `io.simulation`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from sysid_ros.core.inference import registry
 from sysid_ros.io import config as config_io
 from sysid_ros.io import integration_step
 from sysid_ros.io.config import Config, config_error
-from sysid_ros.io.fitting import FitResult, fit_estimator, start_point_fit
-from sysid_ros.io.problem import (MechanismProblem, Problem, build_problem, identified_urdf,
-                                  prepare_trajectories)
+from sysid_ros.io.estimator_fit import fit_estimator, start_point_fit
+from sysid_ros.io.fit_result import FitResult
+from sysid_ros.io.problem import MechanismProblem, Problem, build_problem, prepare_trajectories
 from sysid_ros.io.simulation import excitation, prediction_error, simulate, typical_torque
 from sysid_ros.io.trajectory import Trajectory
 
@@ -33,7 +33,6 @@ __all__ = [
     'FitResult',
     'build_problem',
     'prepare_trajectories',
-    'identified_urdf',
     'fit',
     'excitation',
     'typical_torque',

@@ -11,7 +11,10 @@ ParameterSpec and time step; trajectories ordered and resampled for it; the iden
     `MechanismProblem` instead, identified by the factor graph (`io.mechanism_fit`).
   * `prepare_trajectories(problem, trajectories)`: load files, order joints by name,
     resample to `data.rate`.
-  * `identified_urdf(problem, theta)`: the URDF with identified values written in.
+  * `problem.identified_urdf(theta)`: the URDF with identified values written in.
+
+Both kinds of problem expose what the units, labels and result files need (`prismatic`,
+`parameter_attributes`, `identified_urdf`), so that callers never ask which kind they hold.
 
 Conventions: the control period is dt = 1 / `data.rate`; `model.dt` (if given) is the
 integration step, so each command is integrated with round(1 / (rate dt)) substeps. The
@@ -35,7 +38,7 @@ from sysid_ros.core.model import builders
 from sysid_ros.core.model.inertia import physical_from_inertial
 from sysid_ros.core.model.parameters import (PAYLOAD, PAYLOAD_ATTRIBUTES, ParameterSpec,
                                              Payload, split_name)
-from sysid_ros.core.model.types import Params, RobotModel
+from sysid_ros.core.model.types import PRISMATIC, Params, RobotModel
 from sysid_ros.io import config as config_io
 from sysid_ros.io import model_io
 from sysid_ros.io import trajectory as trajectory_io
@@ -48,7 +51,6 @@ __all__ = [
     'MechanismProblem',
     'build_problem',
     'prepare_trajectories',
-    'identified_urdf',
     'BodyInertia',
     'identified_inertias',
 ]
@@ -85,6 +87,33 @@ class Problem:
     def joint_names(self) -> tuple[str, ...]:
         return self.model.joint_names
 
+    @property
+    def prismatic(self) -> tuple[bool, ...]:
+        """(nv,) whether each joint of the state is prismatic."""
+        return tuple(kind == PRISMATIC for kind in self.model.joint_types)
+
+    @property
+    def parameter_attributes(self) -> tuple[tuple[str, bool], ...]:
+        """(M,) each parameter's attribute (`link2.mass` -> 'mass') and whether it belongs to
+        a prismatic joint: what its unit follows (`io.units`)."""
+        prismatic = self.prismatic
+        return tuple((attribute, body >= 0 and prismatic[body])
+                     for body, attribute in zip(self.spec.bodies, self.spec.attributes))
+
+    def identified_urdf(self, theta) -> str:
+        """URDF text with the parameters `theta` (M,) written in: the configured URDF
+        updated (merged fixed links keep their values), or a URDF of a builder's model."""
+        params = self.spec.to_params(jnp.asarray(theta), self.base_params)
+        source = self.config.model.urdf
+        if source is None:
+            return urdf_export.model_to_urdf(self.model, params)
+        if source.startswith(model_io.EXAMPLE_ROBOT_PREFIX):
+            source, _ = model_io.example_robot_urdf(source[len(model_io.EXAMPLE_ROBOT_PREFIX):])
+        if not source.lstrip().startswith('<'):
+            with open(source, encoding='utf-8') as f:
+                source = f.read()
+        return urdf_export.update_urdf(source, self.model, self.base_params, params)
+
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +140,20 @@ class MechanismProblem:
     def joint_names(self) -> tuple[str, ...]:
         """The angle bars: their angles and rates are the data's q and qd."""
         return tuple(self.mechanism.bar_names[k] for k in self.mechanism.angle_bars)
+
+    @property
+    def prismatic(self) -> tuple[bool, ...]:
+        """(nv,) all False: the angle coordinates are angles."""
+        return (False,) * len(self.joint_names)
+
+    @property
+    def parameter_attributes(self) -> tuple[tuple[str, bool], ...]:
+        """(M,) each parameter's attribute ('mass', 'damping') and False (`io.units`)."""
+        return tuple((split_name(name)[1], False) for name in self.names)
+
+    def identified_urdf(self, theta) -> None:
+        """None: a planar mechanism has no URDF."""
+        return None
 
 
 
@@ -259,27 +302,6 @@ def prepare_trajectories(problem: Problem, trajectories: Sequence[Trajectory | s
             traj = trajectory_io.resample(traj, problem.config.data.rate)
         out.append(traj)
     return out
-
-
-
-def identified_urdf(problem: Problem, theta) -> str | None:
-    """URDF text with the parameters `theta` (M,) written in.
-
-    The configured URDF is updated (merged fixed links keep their values); a builder's model
-    gets a URDF of its own; a planar mechanism has none (None).
-    """
-    if isinstance(problem, MechanismProblem):
-        return None
-    params = problem.spec.to_params(jnp.asarray(theta), problem.base_params)
-    source = problem.config.model.urdf
-    if source is None:
-        return urdf_export.model_to_urdf(problem.model, params)
-    if source.startswith(model_io.EXAMPLE_ROBOT_PREFIX):
-        source, _ = model_io.example_robot_urdf(source[len(model_io.EXAMPLE_ROBOT_PREFIX):])
-    if not source.lstrip().startswith('<'):
-        with open(source, encoding='utf-8') as f:
-            source = f.read()
-    return urdf_export.update_urdf(source, problem.model, problem.base_params, params)
 
 
 

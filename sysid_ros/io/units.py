@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from sysid_ros.core.model.parameters import INERTIA_ATTRIBUTES, split_name
-from sysid_ros.core.model.types import PRISMATIC
+from sysid_ros.core.model.parameters import INERTIA_ATTRIBUTES
 from sysid_ros.io.problem import MechanismProblem, Problem
 
 __all__ = ['ATTRIBUTE_UNITS', 'attribute_unit', 'labelled', 'parameter_units', 'state_labels']
@@ -41,25 +40,15 @@ def attribute_unit(attribute: str, prismatic: bool = False) -> str:
     return ATTRIBUTE_UNITS[attribute][int(prismatic)]
 
 
-def _prismatic(problem: Problem | MechanismProblem) -> tuple[bool, ...]:
-    """(nv,) whether each joint of the state is prismatic (a mechanism's angle bars are not)."""
-    if isinstance(problem, MechanismProblem):
-        return (False,) * len(problem.joint_names)
-    return tuple(kind == PRISMATIC for kind in problem.model.joint_types)
-
-
 def parameter_units(problem: Problem | MechanismProblem) -> tuple[str, ...]:
     """(M,) unit of each identified parameter of `problem`, in the order of its names."""
-    if isinstance(problem, MechanismProblem):
-        return tuple(attribute_unit(split_name(name)[1]) for name in problem.names)
-    prismatic = _prismatic(problem)
-    return tuple(attribute_unit(attribute, body >= 0 and prismatic[body])
-                 for body, attribute in zip(problem.spec.bodies, problem.spec.attributes))
+    return tuple(attribute_unit(attribute, prismatic)
+                 for attribute, prismatic in problem.parameter_attributes)
 
 
 def state_labels(problem: Problem | MechanismProblem) -> tuple[str, ...]:
     """(2 nv,) axis labels of the state [q, qd] with units, e.g. 'q joint1 [rad]'."""
-    prismatic = _prismatic(problem)
+    prismatic = problem.prismatic
     return tuple(f'{symbol} {joint} [{units[int(slide)]}]'
                  for symbol, units in (('q', _POSITION), ('qd', _VELOCITY))
                  for joint, slide in zip(problem.joint_names, prismatic))

@@ -61,7 +61,7 @@ started later receives the latest at once:
     and velocities, stamped at its start); the prediction simulates the posterior mean from
     the window's first measured state;
   * `~/robot_description` (std_msgs/String): the URDF with the posterior means written in
-    (`io.problem.identified_urdf`).
+    (`io.problem.Problem.identified_urdf`).
 Diagnostics (not latched):
   * `/diagnostics` (diagnostic_msgs/DiagnosticArray, where `diagnostic_aggregator` and
     `rqt_robot_monitor` listen) at `online.diagnostics_rate` of wall time (also on sim time,
@@ -476,7 +476,7 @@ class EstimatorNode(LifecycleNode):
             window.t, problem.joint_names, window.q, window.qd))
         self._predicted_pub.publish(messages.arrays_to_trajectory(
             window.t, problem.joint_names, predicted[:, :nv], predicted[:, nv:]))
-        self._urdf_pub.publish(String(data=problem_io.identified_urdf(problem, result.mean)))
+        self._urdf_pub.publish(String(data=problem.identified_urdf(result.mean)))
         now = self.get_clock().now().nanoseconds * 1e-9
         with self._stats_lock:
             self._last = result

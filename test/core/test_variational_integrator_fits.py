@@ -35,7 +35,7 @@ from sysid_ros.core.dynamics import integrators
 from sysid_ros.core.likelihoods import losses
 from sysid_ros.core.dynamics import variational
 from sysid_ros.io import config as config_io
-from sysid_ros.io import estimator_data, fitting, pipeline
+from sysid_ros.io import compile_cache, estimator_data, pipeline
 
 DAMPING = (0.15, 0.08)                 # [N m s/rad], the truth of the fits
 MODEL, PARAMS = builders.double_pendulum(damping=DAMPING)
@@ -212,8 +212,9 @@ def test_diffnea_with_variational_integrator_recovers_double_pendulum(double_pen
     # the same step reports, at the initial guess.
     trajs = pipeline.prepare_trajectories(problem, [double_pendulum_data])
     prepared = estimator_data.method_data(problem, trajs, 'segments')
-    est = fitting.compiled_estimator(problem, 'diffnea', prepared.target,       # the fit's
-                                     fitting.method_options(problem, iterations))
+    options = compile_cache.method_options(problem, iterations)
+    est = compile_cache.compiled_estimator(problem, 'diffnea', prepared.target,
+                                           options)   # the fit's
     segments = prepared.data
     state = est.init(jax.random.PRNGKey(0), jnp.asarray(theta0)[None], segments)
     _, info = est.step(state, segments, None)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from sysid_ros.io import config as config_io
-from sysid_ros.io import fitting, html_report, pipeline, results, units
+from sysid_ros.io import diagnosis, html_report, pipeline, results, units
 from sysid_ros.io.pipeline import FitResult
 from sysid_ros.io.segments import HeldOutRollouts
 
@@ -45,7 +45,7 @@ def _lm_result(problem, warnings=()):
     root = rng.normal(size=(5, 5)) * 1e-3
     covariance = root @ root.T + np.diag([1e-6, 1e-6, 1e-8, 1e-6, 1e-6])
     hessian = np.linalg.inv(covariance)
-    info = {'identifiability': fitting.identifiability_report(problem, hessian, truth),
+    info = {'identifiability': diagnosis.identifiability_report(problem, hessian, truth),
             'noise_std': [1e-3] * 4}
     return FitResult(method='lm', names=problem.names, particles=truth[None],
                      initial=1.2 * truth[None], lower=np.asarray(problem.spec.lower_bounds),

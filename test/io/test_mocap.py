@@ -1,4 +1,4 @@
-"""Motion capture in the likelihood (issue 14 item 3): `data.mocap_frames` and its errors,
+"""Motion capture in the likelihood: `data.mocap_frames` and its errors,
 poses carried by `Trajectory` (validation, slicing, resampling, files), the observations they
 become, live windows, and a payload identified from joint states and its mocap pose through
 `sysid fit --bag`."""

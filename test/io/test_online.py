@@ -10,7 +10,8 @@ import yaml
 from sysid_ros.core.inference import intervals, registry
 from sysid_ros.core.inference.base import GaussianPrior
 from sysid_ros.io import config as config_io
-from sysid_ros.io import online, pipeline
+from sysid_ros.io import online, pipeline, posterior_files
+from sysid_ros.io import sequential_prior as seq
 from sysid_ros.io.trajectory import DataError
 from sysid_ros.io.window_buffer import Window
 
@@ -128,11 +129,11 @@ def test_save_load_and_warm_start_from_file(problem, run, tmp_path):
     session = run[0]
     npz, yml = session.save(tmp_path / 'posterior')
     assert npz.endswith('posterior.npz') and yml.endswith('posterior.yaml')
-    particles = online.load_posterior(npz, problem.names)
+    particles = posterior_files.load_posterior(npz, problem.names)
     np.testing.assert_array_equal(particles, session.particles)
     # Columns are matched by name, in any order.
     reversed_names = problem.names[::-1]
-    np.testing.assert_array_equal(online.load_posterior(yml, reversed_names),
+    np.testing.assert_array_equal(posterior_files.load_posterior(yml, reversed_names),
                                   particles[:, ::-1])
     summary = yaml.safe_load(open(yml))
     mean = particles.mean(axis=0)
@@ -152,11 +153,11 @@ def test_save_load_and_warm_start_from_file(problem, run, tmp_path):
 
 def test_bad_posterior_files_name_the_file(problem, tmp_path):
     with pytest.raises(DataError, match='missing.npz'):
-        online.load_posterior(tmp_path / 'missing.npz', problem.names)
+        posterior_files.load_posterior(tmp_path / 'missing.npz', problem.names)
     bad = tmp_path / 'other.npz'
     np.savez(bad, particles=np.ones((4, 1)), names=np.array(['link9.mass']))
     with pytest.raises(DataError, match=r"other.npz: names: no parameter 'link1.mass'"):
-        online.load_posterior(bad, problem.names)
+        posterior_files.load_posterior(bad, problem.names)
 
 
 def test_online_config_is_validated():
@@ -229,18 +230,18 @@ def test_conflict_inflation_widens_the_prior_just_enough():
     prior = GaussianPrior(mean=np.zeros(2), precision=np.diag([1e4, 1e2]))
     window_cov = np.diag([1e-4, 1e-2])
     # Agreeing data: no inflation.
-    assert online.conflict_inflation(prior, np.array([0.01, -0.1]), window_cov) == 1.0
+    assert seq.conflict_inflation(prior, np.array([0.01, -0.1]), window_cov) == 1.0
     # A jump of 1 in the first parameter (100 prior stds): D(k) = d^T (k C + C_w)^-1 d
     # brought down to M = 2.
     d = np.array([1.0, 0.0])
-    k = online.conflict_inflation(prior, d, window_cov)
+    k = seq.conflict_inflation(prior, d, window_cov)
     cov = np.linalg.inv(prior.precision)
     assert d @ np.linalg.solve(k * cov + window_cov, d) == pytest.approx(2.0, rel=1e-6)
     # At the threshold itself it stays 1 just below and inflates just above.
-    threshold = stats.chi2.ppf(1.0 - online.CONFLICT_LEVEL, 2)
+    threshold = stats.chi2.ppf(1.0 - seq.CONFLICT_LEVEL, 2)
     scale = np.sqrt(threshold * (cov[0, 0] + window_cov[0, 0]))
-    assert online.conflict_inflation(prior, np.array([0.999 * scale, 0.0]), window_cov) == 1.0
-    assert online.conflict_inflation(prior, np.array([1.001 * scale, 0.0]), window_cov) > 1.0
+    assert seq.conflict_inflation(prior, np.array([0.999 * scale, 0.0]), window_cov) == 1.0
+    assert seq.conflict_inflation(prior, np.array([1.001 * scale, 0.0]), window_cov) > 1.0
 
 
 def test_the_prior_is_data_windows_do_not_recompile(problem, phases, run):
@@ -323,15 +324,14 @@ def test_noise_scale_finds_the_excess_scatter_of_the_windows():
             a, b = rng.normal(size=(2, m, m))
             prior_cov, window_cov = 0.1 * a @ a.T + 1e-3 * np.eye(m), b @ b.T + 1e-3 * np.eye(m)
             offset = rng.multivariate_normal(np.zeros(m), prior_cov + scale * window_cov)
-            out.append(online.Innovation(offset, prior_cov, window_cov))
+            out.append(seq.Innovation(offset, prior_cov, window_cov))
         return out
 
-    assert online.noise_scale([]) == 1.0
-    assert online.noise_scale(innovations(4.0, 200)) == pytest.approx(4.0, rel=0.2)
-    assert online.noise_scale(innovations(1.0, 200)) < 1.2
+    assert seq.noise_scale([]) == 1.0
+    assert seq.noise_scale(innovations(4.0, 200)) == pytest.approx(4.0, rel=0.2)
+    assert seq.noise_scale(innovations(1.0, 200)) < 1.2
     calm = innovations(1.0, 20)
-    scales = [online.noise_scale(calm + [online.Innovation(np.full(m, jump), np.eye(m),
-                                                           np.eye(m))])
+    scales = [seq.noise_scale(calm + [seq.Innovation(np.full(m, jump), np.eye(m), np.eye(m))])
               for jump in (1e2, 1e6)]
     assert scales[0] == pytest.approx(scales[1], rel=1e-9)
-    assert online.noise_scale(calm) <= scales[0] < 10.0 * online.noise_scale(calm)
+    assert seq.noise_scale(calm) <= scales[0] < 10.0 * seq.noise_scale(calm)

@@ -1,4 +1,4 @@
-"""`pipeline.fit` with the Bayesian methods (`io.fitting`, `core.inference.methods`) on a simulated double pendulum.
+"""`pipeline.fit` with the Bayesian methods (`io.estimator_fit`, `core.inference.methods`) on a simulated double pendulum.
 
 One small problem for the whole module: two link masses and two joint dampings, 1 s of
 data at 100 Hz (100 steps) in 5 shooting windows, 16 particles. CSVGD is run once (module
@@ -21,7 +21,7 @@ import yaml
 from sysid_ros import cli
 from sysid_ros.core.inference import particles, registry
 from sysid_ros.core.inference.base import StepInfo
-from sysid_ros.io import estimator_data, fitting
+from sysid_ros.io import compile_cache, estimator_data, estimator_fit
 from sysid_ros.io import config as config_io
 from sysid_ros.io import pipeline
 from sysid_ros.io import results
@@ -78,8 +78,8 @@ def _fit_estimator(problem, traj, method, iterations):
     the prepared data of `traj`)."""
     prepared = estimator_data.method_data(problem, pipeline.prepare_trajectories(problem, [traj]),
                                           registry.lookup(method).data)
-    return fitting.compiled_estimator(problem, method, prepared.target,
-                                      fitting.method_options(problem, iterations)), prepared
+    options = compile_cache.method_options(problem, iterations)
+    return compile_cache.compiled_estimator(problem, method, prepared.target, options), prepared
 
 
 @pytest.fixture(scope='module')
@@ -94,11 +94,11 @@ def no_compilation(monkeypatch):
     """Running the estimator's (jitted) steps fails the test: bad input must stop before."""
     def refuse(*args, **kwargs):
         raise AssertionError('the steps ran before the input was checked')
-    monkeypatch.setattr(fitting, 'run_steps', refuse)
+    monkeypatch.setattr(estimator_fit, 'run_steps', refuse)
 
 
 def test_all_names_import():
-    for module in (estimator_data, fitting, particles):
+    for module in (estimator_data, estimator_fit, compile_cache, particles):
         for name in module.__all__:
             assert hasattr(module, name), name
 

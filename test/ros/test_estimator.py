@@ -34,7 +34,7 @@ from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory
 import yaml
 
-from sysid_ros.io import online, pipeline, urdf_export
+from sysid_ros.io import pipeline, posterior_files, urdf_export
 from sysid_ros.ros import messages, qos
 from sysid_ros.ros.estimate_client import decode_estimate, EstimateClient
 
@@ -401,8 +401,8 @@ def test_sigint_during_inference_leaves_a_readable_posterior(live, ros, start_no
     est = live['est']
     assert est.interrupt(timeout=30.0) == 0, est.output()
     assert 'posterior written to' in est.output()
-    npz, yml = online.posterior_paths(live['save'])
-    particles = online.load_posterior(npz, list(got['estimates'][-1]))
+    npz, yml = posterior_files.posterior_paths(live['save'])
+    particles = posterior_files.load_posterior(npz, list(got['estimates'][-1]))
     assert particles.shape == (16, 4) and np.all(np.isfinite(particles))
     with open(yml) as f:
         summary = yaml.safe_load(f)

@@ -11,7 +11,7 @@ from lifecycle_msgs.srv import ChangeState, GetState
 import numpy as np
 import pytest
 
-from sysid_ros.io import online
+from sysid_ros.io import posterior_files
 from sysid_ros.ros.estimate_client import EstimateClient
 
 CONFIG = 'config/double_pendulum_live.yaml'
@@ -71,8 +71,8 @@ def test_transitions_in_order_and_out_of_order(managed, ros):
     assert not _change(ros, Transition.TRANSITION_DEACTIVATE)     # inactive already
     assert _change(ros, Transition.TRANSITION_CLEANUP)
     assert _state(ros) == 'unconfigured'
-    npz = pathlib.Path(online.posterior_paths(managed['save'])[0])
-    particles = online.load_posterior(npz, list(estimates[-1]))
+    npz = pathlib.Path(posterior_files.posterior_paths(managed['save'])[0])
+    particles = posterior_files.load_posterior(npz, list(estimates[-1]))
     assert particles.shape == (16, 4) and np.all(np.isfinite(particles))
 
     # Configured again (its read-only parameters kept), then shut down from inactive: a

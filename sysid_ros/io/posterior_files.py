@@ -1,0 +1,78 @@
+"""Posterior files of the live session: `<stem>.npz` (`particles` (P, M), `names` (M,),
+`lower`, `upper` (M,)) beside `<stem>.yaml` (a plain summary), each written to a temporary
+file in the same folder and renamed into place, so that a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import yaml
+
+from sysid_ros.io.trajectory import DataError
+
+__all__ = ['posterior_paths', 'write_atomic', 'write_posterior', 'load_posterior']
+
+
+def posterior_paths(path: str | os.PathLike) -> tuple[str, str]:
+    """(`<stem>.npz`, `<stem>.yaml`) of a posterior path given with or without an extension."""
+    stem, ext = os.path.splitext(os.fspath(path))
+    if ext not in ('.npz', '.yaml'):
+        stem = os.fspath(path)
+    return stem + '.npz', stem + '.yaml'
+
+
+def write_atomic(path: str, write) -> None:
+    """Call `write(file object)` on a temporary file beside `path`, then rename it to `path`."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix='.' + os.path.basename(path) + '.')
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)                    # mkstemp creates 0600
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load_posterior(path: str | os.PathLike, names) -> np.ndarray:
+    """(P, M) particles of a posterior file, columns in the order of `names` (M,).
+
+    Raises:
+      DataError: unreadable file, missing keys, parameters missing or non-finite values
+        (naming the file).
+    """
+    npz, _ = posterior_paths(path)
+    try:
+        with np.load(npz, allow_pickle=False) as f:
+            particles = np.asarray(f['particles'], dtype=float)
+            stored = [str(n) for n in f['names']]
+    except (OSError, ValueError, KeyError) as exc:
+        raise DataError(f'{npz}: cannot read a posterior (particles, names): {exc}') from exc
+    if particles.ndim != 2 or particles.shape[1] != len(stored) or not len(particles):
+        raise DataError(f'{npz}: particles: expected (P, {len(stored)}), got '
+                        f'{particles.shape}')
+    missing = [n for n in names if n not in stored]
+    if missing:
+        raise DataError(f'{npz}: names: no parameter {missing[0]!r}; the file has '
+                        f'{", ".join(stored)}')
+    particles = particles[:, [stored.index(n) for n in names]]
+    if not np.all(np.isfinite(particles)):
+        raise DataError(f'{npz}: particles: non-finite values')
+    return particles
+
+
+def write_posterior(npz: str, yml: str, theta, names, lower, upper, summary: dict) -> None:
+    """Write particles `theta` (P, M) with their `names`, `lower` and `upper` (M,) bounds to
+    `npz`, and the plain `summary` to `yml`, each atomically (`write_atomic`)."""
+    write_atomic(npz, lambda f: np.savez(f, particles=theta, names=np.array(names),
+                                         lower=lower, upper=upper))
+    text = yaml.safe_dump(summary, sort_keys=False).encode('utf-8')
+    write_atomic(yml, lambda f: f.write(text))
