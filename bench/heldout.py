@@ -215,7 +215,7 @@ def write_config(path: str, urdf: str, joints: Sequence[str],
 
 def write_bag(path: str, t, q, qd, tau, joints: Sequence[str], seed: int, case: str) -> str:
     """Write the recording as a rosbag2 of sensor_msgs/JointState (effort = held torque)."""
-    from sysid_ros.io.bags import write_trajectory_bag
+    from sysid_ros.io.bag_writer import write_trajectory_bag
     from sysid_ros.io.trajectory import Trajectory
 
     write_trajectory_bag(path, [Trajectory(t=t, q=q, qd=qd, tau=tau, joint_names=tuple(joints),

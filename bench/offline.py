@@ -3,7 +3,7 @@
 Prints
   (a) bag reading: a generated recording of a 7-DOF arm's joint states at 1 kHz (one hour,
       about 3.6 M messages, as 60 one-minute runs; `--quick`: 3 minutes) in a temporary
-      folder, written with `io.bags.write_trajectory_bag`, then read and resampled to 1 kHz
+      folder, written with `io.bag_writer.write_trajectory_bag`, then read and resampled to 1 kHz
       by `io.bags.read_bag` in a child process: wall time, messages per second and the child's
       peak resident memory (goal: under 2 minutes and 2 GB on 2 cores), per storage;
   (b) the wall time of `sysid fit --bag` with CSVGD (256 particles, the iterations of
@@ -71,11 +71,11 @@ def _read_child(path: str) -> None:
 
 
 def bag_throughput(root: pathlib.Path, storage: str, minutes: int) -> dict:
-    from sysid_ros.io import bags
+    from sysid_ros.io import bag_writer
 
     path = root / f'arm_{storage}'
     start = time.perf_counter()
-    bags.write_trajectory_bag(path, _Runs(minutes), storage=storage)
+    bag_writer.write_trajectory_bag(path, _Runs(minutes), storage=storage)
     write_s = time.perf_counter() - start
     messages = int(minutes * RUN_SECONDS * RATE)
     size = sum(f.stat().st_size for f in path.iterdir())
@@ -96,7 +96,7 @@ def fit_wall_time(root: pathlib.Path, quick: bool) -> dict:
     import yaml
 
     from sysid_ros import cli
-    from sysid_ros.io import bags, config as config_io, pipeline
+    from sysid_ros.io import bag_writer, config as config_io, pipeline
 
     cfg = yaml.safe_load((REPO / 'config' / 'double_pendulum_csvgd.yaml').read_text())
     params = cfg['/**']['ros__parameters']
@@ -105,7 +105,7 @@ def fit_wall_time(root: pathlib.Path, quick: bool) -> dict:
     config.write_text(yaml.safe_dump(cfg))
     problem = pipeline.build_problem(config_io.load_yaml(config))
     runs = [pipeline.simulate(problem, duration=2.0, noise=0.002, seed=s) for s in range(3)]
-    bags.write_trajectory_bag(root / 'dp_bag', runs, storage='mcap')
+    bag_writer.write_trajectory_bag(root / 'dp_bag', runs, storage='mcap')
     particles = 32 if quick else 256
     iterations = 50 if quick else params['estimator']['iterations']
     start = time.perf_counter()

@@ -293,7 +293,7 @@ def _cmd_excite(args) -> int:
 
 
 def _cmd_convert(args) -> int:
-    from sysid_ros.io import bags, datasets, progress
+    from sysid_ros.io import bag_writer, datasets, progress
     from sysid_ros.io.errors import InputError
 
     with progress.progress_bar(f'sysid convert [{args.dataset}]', unit='runs') as report:
@@ -304,8 +304,8 @@ def _cmd_convert(args) -> int:
                   'sysid_convert.runs': ','.join(str(r) for r in runs),
                   'sysid_convert.preprocessing': datasets.describe(args.dataset)}
     try:
-        bags.write_trajectory_bag(args.out, trajs, storage=args.storage,
-                                  custom_data=provenance)
+        bag_writer.write_trajectory_bag(args.out, trajs, storage=args.storage,
+                                        custom_data=provenance)
     except FileExistsError as exc:
         raise InputError(str(exc)) from None
     print(f'{args.out}: {len(trajs)} run(s) of {args.dataset} '

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from sysid_ros import cli
-from sysid_ros.io import bags, config as config_io, pipeline, results
+from sysid_ros.io import bag_writer, bags, config as config_io, pipeline, results
 
 TRUE = {'link1.mass': 1.0, 'link2.mass': 1.0, 'joint1.damping': 0.15, 'joint2.damping': 0.08}
 
@@ -39,7 +39,7 @@ def workdir(tmp_path_factory):
     fine = pipeline.build_problem(dataclasses.replace(
         cfg, data=dataclasses.replace(cfg.data, rate=200.0)))
     runs = [pipeline.simulate(fine, duration=2.0, noise=1e-4, seed=s) for s in range(4)]
-    bags.write_trajectory_bag(root / 'runs', runs, storage='mcap',
+    bag_writer.write_trajectory_bag(root / 'runs', runs, storage='mcap',
                               custom_data={'source': 'pipeline.simulate, seeds 0-3'})
     return root, config
 
@@ -103,7 +103,7 @@ def test_bad_bag_exits_non_zero_and_keeps_earlier_results(workdir, tmp_path, cap
         bag = tmp_path / 'renamed'
         traj = bags.read_bag(root / 'runs', ('joint1', 'joint2'),
                              config_io.load_yaml(config).data)[0].trajectory
-        bags.write_trajectory_bag(bag, [dataclasses.replace(traj, joint_names=('hip', 'knee'))])
+        bag_writer.write_trajectory_bag(bag, [dataclasses.replace(traj, joint_names=('hip', 'knee'))])
     assert cli.main(['fit', '--config', str(config), '--bag', str(bag),
                      '--out', str(out)]) != 0
     err = capsys.readouterr().err

@@ -1,267 +1,45 @@
-"""Rosbag I/O without ROS: write trajectories as bags, read bags back into trajectories.
+"""Rosbags read without ROS: recordings cut into trajectories on the grid k / `data.rate`.
 
-Writing (`write_trajectory_bag`) turns `Trajectory` objects into a rosbag2 (sqlite3 or mcap)
-of `sensor_msgs/msg/JointState` messages (position, velocity, effort = tau), optionally with
-`geometry_msgs/msg/PoseStamped` topics, through `rosbags`. Every message is stored under the
-nanosecond of its header stamp. Consecutive trajectories are separated by at least
-`TRAJECTORY_GAP` seconds without messages, so that the reader cuts them apart again.
-
-Reading (`read_bag`) streams rosbag2 (sqlite3, mcap) and ROS 1 bags through `rosbags`,
-decoding only the configured topics, and resamples them onto the grid k / `data.rate` with
-the live `WindowBuffer`'s interpolation (`window_buffer.interpolate`), `_CHUNK` messages at a
-time: memory grows with the resampled output, not with the bag. Joint states in little-endian
-CDR (every rosbag2) are decoded by a precompiled `struct` layout per distinct name list
-(checked against rosbags' serialiser by the tests); others go through rosbags. The recording
-is cut into trajectories at pauses longer than `data.gap`, within `data.segments` if given;
-`split_holdout` keeps the last `data.holdout` share of them for evaluation.
+`read_bag` streams rosbag2 (sqlite3, mcap) and ROS 1 bags through `rosbags`, decoding only
+the configured topics, and resamples them with the live `WindowBuffer`'s interpolation
+(`window_buffer.interpolate`), `CHUNK` messages at a time: memory grows with the resampled
+output, not with the bag. Joint states in little-endian CDR (every rosbag2) are decoded by a
+precompiled `struct` layout per distinct name list (checked against rosbags' serialiser by
+the tests); others go through rosbags. The recording is cut into trajectories at pauses
+longer than `data.gap`, within `data.segments` if given; `split_holdout` keeps the last
+`data.holdout` share of them for evaluation. Writing: `io.bag_writer`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import heapq
 import math
-import os
 import pathlib
-import shutil
 import struct
-import tempfile
+from typing import NamedTuple, Sequence
 import warnings
-from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from sysid_ros.io.config import TORQUE_FROM_JOINT_STATES
-from sysid_ros.io.trajectory import DataError, Trajectory, continuous_quaternions, hold_torques
+from sysid_ros.io.trajectory import continuous_quaternions, DataError, hold_torques, Trajectory
 from sysid_ros.io.window_buffer import interpolate
 
 __all__ = [
-    'STORAGES',
-    'TRAJECTORY_GAP',
+    'NS_PER_S',
+    'JOINT_STATE',
+    'POSE_STAMPED',
+    'CHUNK',
     'BagSegment',
-    'new_bag',
-    'write_trajectory_bag',
     'read_bag',
     'split_holdout',
 ]
 
-STORAGES = ('sqlite3', 'mcap')
-# Silence written between consecutive trajectories [s]; more than any sensible `data.gap`.
-TRAJECTORY_GAP = 2.0
-_NS = 1_000_000_000
-_JOINT_STATE = 'sensor_msgs/msg/JointState'
-_POSE_STAMPED = 'geometry_msgs/msg/PoseStamped'
+NS_PER_S = 1_000_000_000
+JOINT_STATE = 'sensor_msgs/msg/JointState'
+POSE_STAMPED = 'geometry_msgs/msg/PoseStamped'
 # Messages encoded, or decoded before they are resampled, at a time (bounds the memory).
-_CHUNK = 20_000
-
-
-def _typestore():
-    from rosbags.typesys import Stores, get_typestore
-    return get_typestore(Stores.LATEST)
-
-
-def _stamp(types, t_ns: int):
-    return types['builtin_interfaces/msg/Time'](sec=int(t_ns // _NS), nanosec=int(t_ns % _NS))
-
-
-def _cdr_string(text: str, pos: int) -> tuple[bytes, int]:
-    """CDR string at body offset `pos` (4-aligned): length with NUL, bytes, NUL; new offset."""
-    data = text.encode() + b'\0'
-    out = struct.pack('<I', len(data)) + data
-    pad = -(pos + len(out)) % 4
-    return out + b'\0' * pad, pos + len(out) + pad
-
-
-class _JointStateEncoder:
-    """Little-endian CDR of sensor_msgs/msg/JointState for one fixed list of joint names
-    (what `typestore.serialize_cdr` produces, about 20 times faster; checked by the tests)."""
-
-    def __init__(self, names: Sequence[str], frame_id: str = ''):
-        frame, pos = _cdr_string(frame_id, 8)
-        parts, pos = [frame, struct.pack('<I', len(names))], pos + 4
-        for name in names:
-            data, pos = _cdr_string(name, pos)
-            parts.append(data)
-        self._names = b''.join(parts)
-        n = len(names)
-        pad = -(pos + 4) % 8                    # doubles are 8-aligned in the CDR body
-        self._values = struct.Struct(f'<I{pad}x{n}dI4x{n}dI4x{n}d' if n else '<III')
-        self._n = n
-
-    def encode(self, t_ns: int, position, velocity, effort) -> bytes:
-        n = self._n
-        head = b'\0\1\0\0' + struct.pack('<iI', t_ns // _NS, t_ns % _NS)
-        return head + self._names + self._values.pack(n, *position, n, *velocity, n, *effort)
-
-
-def _offsets(trajectories: Sequence[Trajectory]) -> list[float]:
-    """Time shift [s] per trajectory: none where it already starts `TRAJECTORY_GAP` after the
-    previous one ends (and at t >= 0), else just enough for that."""
-    offsets, previous_end = [], None
-    for traj in trajectories:
-        start = float(traj.t[0])
-        earliest = 0.0 if previous_end is None else previous_end + TRAJECTORY_GAP
-        offsets.append(max(0.0, earliest - start))
-        previous_end = float(traj.t[-1]) + offsets[-1]
-    return offsets
-
-
-def _pose_offsets(t: np.ndarray, trajectories: Sequence[Trajectory], offsets, topic: str
-                  ) -> np.ndarray:
-    """The shift of the trajectory that each pose stamp falls into (original clock)."""
-    if not any(offsets):
-        return np.zeros_like(t)
-    starts = np.array([float(traj.t[0]) for traj in trajectories])
-    ends = np.array([float(traj.t[-1]) for traj in trajectories])
-    if np.any(starts[1:] <= ends[:-1]):
-        raise ValueError(f'poses[{topic!r}]: the trajectories overlap in time, so pose stamps '
-                         'cannot be assigned to one of them; give trajectories on one clock')
-    index = np.clip(np.searchsorted(starts, t, side='right') - 1, 0, len(starts) - 1)
-    return np.asarray(offsets)[index]
-
-
-def _check_trajectory(k: int, traj: Trajectory) -> None:
-    names = tuple(traj.joint_names)
-    if len(names) != traj.nv or len(set(names)) != len(names):
-        raise ValueError(f'trajectories[{k}]: expected {traj.nv} unique joint_names, got '
-                         f'{list(names)}')
-    for key in ('q', 'qd', 'tau'):
-        shape = np.shape(getattr(traj, key))
-        if shape != (traj.num_samples, traj.nv):
-            raise ValueError(f'trajectories[{k}].{key}: expected shape '
-                             f'({traj.num_samples}, {traj.nv}), got {shape}')
-    if not np.all(np.diff(traj.t) > 0.0):
-        raise ValueError(f'trajectories[{k}].t: expected strictly increasing times')
-
-
-@contextlib.contextmanager
-def new_bag(path, storage: str = 'sqlite3'):
-    """A `rosbags.rosbag2.Writer` for the new bag `path`, written in a temporary folder beside
-    it and renamed into place when the block ends without an error (else removed).
-
-    Raises:
-      FileExistsError: `path` exists.
-      ValueError: unknown storage.
-    """
-    from rosbags.rosbag2 import StoragePlugin, Writer
-
-    path = pathlib.Path(path)
-    if storage not in STORAGES:
-        raise ValueError(f'storage: expected one of {STORAGES}, got {storage!r}')
-    if os.path.lexists(path):
-        raise FileExistsError(f'{path}: exists already; a bag is never overwritten')
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = pathlib.Path(tempfile.mkdtemp(prefix=f'.{path.name}.tmp-', dir=path.parent))
-    plugin = StoragePlugin.MCAP if storage == 'mcap' else StoragePlugin.SQLITE3
-    try:
-        # The storage file is named after the folder: stage under the final name.
-        with Writer(staging / path.name, version=Writer.VERSION_LATEST,
-                    storage_plugin=plugin) as writer:
-            yield writer
-        os.rename(staging / path.name, path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def write_trajectory_bag(path, trajectories: Sequence[Trajectory], *, storage: str = 'sqlite3',
-                         joint_states_topic: str = '/joint_states',
-                         custom_data: Mapping[str, str] | None = None,
-                         poses: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
-                         | None = None, mocap_topics: Sequence[str] = ()) -> None:
-    """Write trajectories as sensor_msgs/JointState (position, velocity, effort=tau) to a new
-    rosbag2 at `path` (storage 'sqlite3' or 'mcap'); consecutive trajectories are separated by a
-    time gap so that the reader cuts them apart again; `custom_data` goes into the bag's
-    metadata (record the conversion provenance there); `poses`: optional PoseStamped topics
-    {topic: (t (T,), position (T,3) [m], quaternion xyzw (T,4))}; `mocap_topics` (K,): the
-    trajectories' own poses (`Trajectory.mocap_position`, `mocap_orientation`) as PoseStamped
-    topics, one per tracked frame, stamped like the joint states. Written atomically
-    (temporary folder, then rename); an existing `path` is an error.
-
-    Times: a trajectory keeps its stamps if it starts at t >= 0 and at least `TRAJECTORY_GAP`
-    seconds after the previous one ends; otherwise it is shifted by just enough. Pose stamps are
-    in the trajectories' clock and move with the trajectory they fall into.
-
-    Raises:
-      FileExistsError: `path` exists.
-      ValueError: unknown storage, no trajectories, inconsistent shapes or names, a mocap
-        topic for a frame that a trajectory has no poses of.
-    """
-    if not trajectories:
-        raise ValueError('trajectories: expected at least one trajectory')
-    for k, traj in enumerate(trajectories):
-        _check_trajectory(k, traj)
-    offsets = _offsets(trajectories)
-    typestore = _typestore()
-    types = typestore.types
-    header_cls = types['std_msgs/msg/Header']
-    pose_cls, point_cls = types[_POSE_STAMPED], types['geometry_msgs/msg/Point']
-    pose_body_cls = types['geometry_msgs/msg/Pose']
-    quat_cls = types['geometry_msgs/msg/Quaternion']
-
-    pose_arrays = {}
-    for k, topic in enumerate(mocap_topics):
-        if any(traj.num_tracked <= k for traj in trajectories):
-            raise ValueError(f'mocap_topics[{k}] ({topic}): expected every trajectory to carry '
-                             f'the poses of at least {k + 1} tracked frames, got '
-                             f'{[traj.num_tracked for traj in trajectories]}')
-        stamps = np.concatenate([np.round((np.asarray(traj.t, float) + offset) * _NS)
-                                 for traj, offset in zip(trajectories, offsets)])
-        pose_arrays[topic] = (stamps.astype(np.int64),
-                              np.concatenate([traj.mocap_position[:, k] for traj in trajectories]),
-                              np.concatenate([traj.mocap_orientation[:, k]
-                                              for traj in trajectories]))
-    for topic, (t, position, quaternion) in (poses or {}).items():
-        t = np.asarray(t, float).reshape(-1)
-        try:
-            position = np.asarray(position, float).reshape(len(t), 3)
-            quaternion = np.asarray(quaternion, float).reshape(len(t), 4)
-        except ValueError:
-            raise ValueError(f'poses[{topic!r}]: expected t (T,), position (T, 3) and '
-                             f'quaternion (T, 4) with T = {len(t)}') from None
-        if not np.all(np.diff(t) > 0.0):
-            raise ValueError(f'poses[{topic!r}]: expected strictly increasing times')
-        shift = _pose_offsets(t, trajectories, offsets, topic)
-        pose_arrays[topic] = (np.round((t + shift) * _NS).astype(np.int64), position, quaternion)
-
-    def joint_state_messages(conn):
-        for traj, offset in zip(trajectories, offsets):
-            encoder = _JointStateEncoder(traj.joint_names)
-            stamps = np.round((np.asarray(traj.t, float) + offset) * _NS).astype(np.int64)
-            for k in range(0, len(stamps), _CHUNK):     # Python lists of one chunk at a time
-                pick = slice(k, k + _CHUNK)
-                rows = zip(stamps[pick].tolist(), *(np.asarray(x[pick], float).tolist()
-                                                    for x in (traj.q, traj.qd, traj.tau)))
-                for t_ns, q, qd, tau in rows:
-                    yield t_ns, conn, encoder.encode(t_ns, q, qd, tau)
-
-    def pose_messages(conn, stamps, position, quaternion):
-        for k, t_ns in enumerate(stamps.tolist()):
-            x, y, z = position[k].tolist()
-            qx, qy, qz, qw = quaternion[k].tolist()
-            pose = pose_body_cls(position=point_cls(x=x, y=y, z=z),
-                                 orientation=quat_cls(x=qx, y=qy, z=qz, w=qw))
-            msg = pose_cls(header=header_cls(stamp=_stamp(types, t_ns), frame_id='world'),
-                           pose=pose)
-            yield t_ns, conn, typestore.serialize_cdr(msg, _POSE_STAMPED)
-
-    with new_bag(path, storage) as writer:
-        for key, value in (custom_data or {}).items():
-            writer.set_custom_data(str(key), str(value))
-        streams = [joint_state_messages(
-            writer.add_connection(joint_states_topic, _JOINT_STATE, typestore=typestore))]
-        for topic, arrays in pose_arrays.items():
-            conn = writer.add_connection(topic, _POSE_STAMPED, typestore=typestore)
-            streams.append(pose_messages(conn, *arrays))
-        # Time order across topics, as a recorder would store them.
-        for t_ns, conn, data in heapq.merge(*streams, key=lambda item: item[0]):
-            writer.write(conn, t_ns, data)
-
-
-# ----------------------------------------------------------------------------------------------
-# Reading
-# ----------------------------------------------------------------------------------------------
-
+CHUNK = 20_000
 _FLOAT_ARRAY = 'std_msgs/msg/Float64MultiArray'
 _GRID_EPS = 1e-6
 
@@ -390,11 +168,11 @@ class _BagReader:
         self.conns = {}                         # connection id -> stream name
         self.streams = ['joints'] + ([] if self.effort else ['torque']) + list(
             data.mocap_topics)
-        wanted = {data.joint_states_topic: ('joints', (_JOINT_STATE,))}
+        wanted = {data.joint_states_topic: ('joints', (JOINT_STATE,))}
         if not self.effort:
-            wanted[data.torque_source] = ('torque', (_FLOAT_ARRAY, _JOINT_STATE))
+            wanted[data.torque_source] = ('torque', (_FLOAT_ARRAY, JOINT_STATE))
         for topic in data.mocap_topics:
-            wanted[topic] = (topic, (_POSE_STAMPED,))
+            wanted[topic] = (topic, (POSE_STAMPED,))
         self.topic_of = {'joints': data.joint_states_topic, 'torque': data.torque_source}
         topics = {c.topic: c.msgtype for c in reader.connections}
         for topic, (stream, types) in wanted.items():
@@ -452,7 +230,7 @@ class _BagReader:
 
     def _joint_message(self, raw) -> tuple[float, np.ndarray]:
         """Slow path: rosbags deserialisation (ROS 1 bags, big-endian CDR)."""
-        msg = self.reader.deserialize(raw, _JOINT_STATE)
+        msg = self.reader.deserialize(raw, JOINT_STATE)
         t = msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
         order = self._order('joints', t, msg.name)
         fields = [msg.position, msg.velocity] + ([msg.effort] if self.effort else [])
@@ -464,11 +242,11 @@ class _BagReader:
 
     def _other_message(self, stream: str, conn, bag_ns: int, raw) -> tuple[float, np.ndarray]:
         msg = self.reader.deserialize(raw, conn.msgtype)
-        if conn.msgtype == _POSE_STAMPED:
+        if conn.msgtype == POSE_STAMPED:
             p, o = msg.pose.position, msg.pose.orientation
             t = msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
             return t, np.array([p.x, p.y, p.z, o.x, o.y, o.z, o.w])
-        if conn.msgtype == _JOINT_STATE:
+        if conn.msgtype == JOINT_STATE:
             t = msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
             effort = np.asarray(msg.effort, float)
             if len(effort) != len(msg.name):
@@ -514,13 +292,13 @@ class _BagReader:
                 new = self._layout(raw) if self.reader.is2 else None
                 if new is None:
                     slow.append(self._joint_message(raw))
-                    if len(slow) >= _CHUNK:
+                    if len(slow) >= CHUNK:
                         self._close_slow(slow, others)
                         slow = []
                 else:
                     self.layout = new
                     fast.append(new.values.unpack_from(raw, 4))
-            if len(fast) >= _CHUNK:
+            if len(fast) >= CHUNK:
                 self._close_fast(fast, others)
                 fast = []
         self._close_fast(fast, others)
@@ -566,8 +344,7 @@ class _BagReader:
                     raise self._error(stream, float(ts[np.argmax(~np.isfinite(vs).all(1))]),
                                       'non-finite value')
                 if stream in self.data.mocap_topics:
-                    vs[:, 3:] = continuous_quaternions(vs[:, 3:],
-                                                        self.previous_quat.get(stream))
+                    vs[:, 3:] = continuous_quaternions(vs[:, 3:], self.previous_quat.get(stream))
                     self.previous_quat[stream] = vs[-1, 3:]
                 other[stream] = self._increasing(stream, ts, vs)
                 items.clear()
@@ -667,7 +444,8 @@ def read_bag(path, joint_names: Sequence[str], data) -> list[BagSegment]:
     try:
         bag = _BagReader(reader, str(path), joint_names, data)
         pairs = data.segments
-        ranges = ([(reader.start_time + round(a * _NS), reader.start_time + round(b * _NS))
+        origin = reader.start_time
+        ranges = ([(origin + round(a * NS_PER_S), origin + round(b * NS_PER_S))
                    for a, b in zip(pairs[::2], pairs[1::2])] or [(None, None)])
         found = []
         for start, stop in ranges:

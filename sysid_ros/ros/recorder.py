@@ -12,7 +12,7 @@ reliable subscription is made best effort when a best-effort publisher appears l
 driver that starts after a reliable one, or a reliable publisher still in the graph for a
 while after its process ended). Ctrl-C (SIGINT) stops the recording and closes the bag, so
 it is complete and readable; the bag is written into a temporary folder beside `out` and
-renamed into place when closed (`io.bags.new_bag`).
+renamed into place when closed (`io.bag_writer.new_bag`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from rclpy.qos import ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
-from sysid_ros.io import bags
+from sysid_ros.io import bag_writer
 from sysid_ros.io.config import TORQUE_FROM_JOINT_STATES
 from sysid_ros.ros import qos
 
@@ -110,7 +110,7 @@ def record(data, out, storage: str = 'mcap', duration: float | None = None) -> d
     """
     rclpy.init()
     try:
-        with bags.new_bag(out, storage) as writer:
+        with bag_writer.new_bag(out, storage) as writer:
             node = Recorder(writer, record_topics(data))
             try:
                 if duration is None:

@@ -6,7 +6,7 @@ from rosbags.highlevel import AnyReader
 from rosbags.typesys import get_typestore, Stores
 import yaml
 
-from sysid_ros.io import bags
+from sysid_ros.io import bag_writer, bags
 from sysid_ros.io.trajectory import Trajectory
 
 NAMES = ('shoulder', 'elbow', 'wrist')
@@ -38,7 +38,7 @@ def test_writer_round_trip_through_rosbags(tmp_path, storage):
     quat /= np.linalg.norm(quat, axis=1, keepdims=True)
     position = rng.normal(size=(len(t_pose), 3))
     path = tmp_path / 'run'
-    bags.write_trajectory_bag(
+    bag_writer.write_trajectory_bag(
         path, [trajs[0]], storage=storage, custom_data={'converted_from': 'test data v1'},
         poses={'/mocap/box/pose': (t_pose, position, quat)})
     info = yaml.safe_load((path / 'metadata.yaml').read_text())['rosbag2_bagfile_information']
@@ -67,11 +67,11 @@ def test_writer_round_trip_through_rosbags(tmp_path, storage):
 
     # Two trajectories on overlapping clocks: the second is moved behind the first + the gap.
     path2 = tmp_path / 'two'
-    bags.write_trajectory_bag(path2, trajs, storage=storage)
+    bag_writer.write_trajectory_bag(path2, trajs, storage=storage)
     t = np.array([ns for _, ns, _ in _messages(path2)]) * 1e-9
     assert len(t) == 350
     np.testing.assert_allclose(t[:200], trajs[0].t, atol=1e-9)
-    assert t[200] - t[199] == pytest.approx(bags.TRAJECTORY_GAP, abs=1e-9)
+    assert t[200] - t[199] == pytest.approx(bag_writer.TRAJECTORY_GAP, abs=1e-9)
     np.testing.assert_allclose(np.diff(t[200:]), 0.01, atol=1e-9)
 
 
@@ -95,14 +95,14 @@ def test_writer_refuses_existing_path_and_bad_input(tmp_path):
     traj = _trajectory(rng)
     (tmp_path / 'taken').mkdir()
     with pytest.raises(FileExistsError, match='taken'):
-        bags.write_trajectory_bag(tmp_path / 'taken', [traj])
+        bag_writer.write_trajectory_bag(tmp_path / 'taken', [traj])
     with pytest.raises(ValueError, match='storage'):
-        bags.write_trajectory_bag(tmp_path / 'x', [traj], storage='rosbag1')
+        bag_writer.write_trajectory_bag(tmp_path / 'x', [traj], storage='rosbag1')
     with pytest.raises(ValueError, match=r'trajectories\[0\]'):
-        bags.write_trajectory_bag(tmp_path / 'x', [Trajectory(
+        bag_writer.write_trajectory_bag(tmp_path / 'x', [Trajectory(
             t=traj.t, q=traj.q, qd=traj.qd, tau=traj.tau, joint_names=('a', 'a', 'b'))])
     with pytest.raises(ValueError, match='overlap'):
-        bags.write_trajectory_bag(tmp_path / 'x', [traj, traj], poses={
+        bag_writer.write_trajectory_bag(tmp_path / 'x', [traj, traj], poses={
             '/p': (traj.t, np.zeros((200, 3)), np.tile([0.0, 0.0, 0.0, 1.0], (200, 1)))})
     assert sorted(p.name for p in tmp_path.iterdir()) == ['taken']   # nothing left behind
 
@@ -134,7 +134,7 @@ def test_reader_cuts_at_gaps_matches_joints_by_name_and_resamples(tmp_path, stor
     quat[1::2] *= -1.0                                          # same rotations, other sign
     position = np.stack([t_pose, 2 * t_pose, 0 * t_pose], axis=1)
     path = tmp_path / 'bag'
-    bags.write_trajectory_bag(path, trajs, storage=storage,
+    bag_writer.write_trajectory_bag(path, trajs, storage=storage,
                               poses={'/mocap/box': (t_pose, position, quat)})
     segments = bags.read_bag(path, NAMES, _data(mocap_topics=('/mocap/box',)))
     assert len(segments) == 2
@@ -165,7 +165,7 @@ def test_reader_segments_holdout_and_torque_topic(tmp_path):
     traj = _trajectory(rng, num=400, rate=100.0)
     store = get_typestore(Stores.LATEST)
     path = tmp_path / 'bag'
-    bags.write_trajectory_bag(path, [traj])
+    bag_writer.write_trajectory_bag(path, [traj])
     # A second bag: the same joint states plus commands on their own topic, other values.
     path2 = tmp_path / 'bag2'
     with Writer(path2, version=Writer.VERSION_LATEST) as writer:
@@ -201,7 +201,7 @@ def test_reader_segments_holdout_and_torque_topic(tmp_path):
 @pytest.fixture(scope='module')
 def good_bag(tmp_path_factory):
     root = tmp_path_factory.mktemp('bags')
-    bags.write_trajectory_bag(root / 'good', [_trajectory(np.random.default_rng(5))],
+    bag_writer.write_trajectory_bag(root / 'good', [_trajectory(np.random.default_rng(5))],
                               storage='mcap')
     return root / 'good'
 
@@ -240,7 +240,7 @@ def test_reader_bad_input_names_bag_topic_or_joint(tmp_path, good_bag, case, mes
         traj = _trajectory(np.random.default_rng(6))
         traj.q[50, 1] = np.nan
         path = tmp_path / 'nan'
-        bags.write_trajectory_bag(path, [traj])
+        bag_writer.write_trajectory_bag(path, [traj])
     with pytest.raises(DataError) as info:
         bags.read_bag(path, names, data)
     assert str(path) in str(info.value) and message in str(info.value)
@@ -253,7 +253,7 @@ def test_reader_reads_ros1_bags(tmp_path):
 
     rng = np.random.default_rng(7)
     traj = _trajectory(rng, num=120)
-    bags.write_trajectory_bag(tmp_path / 'ros2', [traj])
+    bag_writer.write_trajectory_bag(tmp_path / 'ros2', [traj])
     noetic, latest = get_typestore(Stores.ROS1_NOETIC), get_typestore(Stores.LATEST)
     with Writer(tmp_path / 'run.bag') as writer, AnyReader([tmp_path / 'ros2']) as reader:
         conn = writer.add_connection('/joint_states', 'sensor_msgs/msg/JointState',
@@ -278,12 +278,12 @@ def test_reader_reads_ros1_bags(tmp_path):
 def test_reader_drops_repeated_and_late_stamps_across_chunks(tmp_path, monkeypatch):
     rng = np.random.default_rng(8)
     traj = _trajectory(rng, num=200)
-    bags.write_trajectory_bag(tmp_path / 'clean', [traj])
+    bag_writer.write_trajectory_bag(tmp_path / 'clean', [traj])
     with AnyReader([tmp_path / 'clean']) as reader:
         recorded = [(c, ns, bytes(raw)) for c, ns, raw in reader.messages()]
     # Message 120 again after message 149, first of a chunk (a late duplicate); 60 after 169.
     order = list(range(150)) + [120] + list(range(150, 170)) + [60] + list(range(170, 200))
-    with bags.new_bag(tmp_path / 'messy') as writer:
+    with bag_writer.new_bag(tmp_path / 'messy') as writer:
         conn = writer.add_connection('/joint_states', 'sensor_msgs/msg/JointState',
                                      typestore=get_typestore(Stores.LATEST))
         for i, k in enumerate(order):

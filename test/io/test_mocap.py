@@ -12,7 +12,7 @@ import yaml
 
 from sysid_ros import cli
 from sysid_ros.core.dynamics import observations
-from sysid_ros.io import bags, estimator_data, online, pipeline, results
+from sysid_ros.io import bag_writer, bags, estimator_data, online, pipeline, results
 from sysid_ros.io import config as config_io
 from sysid_ros.io import trajectory as trajectory_io
 from sysid_ros.io.config import ConfigError
@@ -214,7 +214,7 @@ def test_online_session_steps_on_windows_with_poses(problem, recording):
 def test_fit_from_a_bag_with_a_mocap_topic_identifies_the_payload(problem, recording,
                                                                   tmp_path):
     bag = tmp_path / 'runs'
-    bags.write_trajectory_bag(bag, [recording], mocap_topics=[TOPIC])
+    bag_writer.write_trajectory_bag(bag, [recording], mocap_topics=[TOPIC])
     segments = bags.read_bag(bag, problem.joint_names, problem.config.data)
     read = segments[0].trajectory
     np.testing.assert_allclose(read.mocap_position, recording.mocap_position, atol=1e-9)

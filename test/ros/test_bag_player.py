@@ -11,7 +11,7 @@ from rclpy.qos import qos_profile_sensor_data, QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 
-from sysid_ros.io import bags
+from sysid_ros.io import bag_writer, bags
 from sysid_ros.io.trajectory import Trajectory
 from sysid_ros.ros import messages
 
@@ -25,7 +25,7 @@ def bag(tmp_path_factory):
     q = np.stack([np.sin(t), np.cos(t)], axis=1)
     traj = Trajectory(t=t, q=q, qd=-q[:, ::-1], tau=0.1 * q, joint_names=('j1', 'j2'))
     path = tmp_path_factory.mktemp('player') / 'bag'
-    bags.write_trajectory_bag(path, [traj], storage='mcap')
+    bag_writer.write_trajectory_bag(path, [traj], storage='mcap')
     return path, traj
 
 

@@ -10,7 +10,7 @@ the estimates go on from the second replay.
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 
-from sysid_ros.io import bags, pipeline
+from sysid_ros.io import bag_writer, pipeline
 from sysid_ros.ros.estimate_client import EstimateClient
 
 CONFIG = 'config/double_pendulum_live.yaml'
@@ -32,7 +32,7 @@ def test_a_replayed_bag_runs_on_sim_time_and_a_restart_clears_the_window(
     problem = pipeline.build_problem(CONFIG)
     traj = pipeline.simulate(problem, duration=DURATION, noise=0.002, seed=5)
     bag = tmp_path / 'bag'
-    bags.write_trajectory_bag(bag, [traj])
+    bag_writer.write_trajectory_bag(bag, [traj])
     estimates, diagnostics = [], []
     client = EstimateClient(ros.node, '/estimator/estimate', callback=estimates.append)
     sub = ros.node.create_subscription(DiagnosticArray, '/diagnostics',
