@@ -1,50 +1,29 @@
-"""Every identification method as an `Estimator` of the contract (`inference.base`), around
-its kernel (`inference.kernels`).
+"""Every identification method as an `Estimator` of the contract (`inference.base`) around
+its kernel (`inference.kernels`): one factory `make_<method>(target, options) -> Estimator`
+per method.
 
-A factory per method, all with the signature `make_<method>(target, options) -> Estimator`:
+  * Output error over the shooting likelihood (`likelihoods.likelihood`, data a
+    `TrajectoryData`) or the equation-error likelihood (`likelihoods.equation_error`, data a
+    `TorqueData`): `make_csvgd` (seed 000), `make_svgd`, `make_sgld`, `make_nuts`,
+    `make_emcee`, `make_cem` over CSVGD's flat particle x = [z, s_hat] (`shooting`), and
+    `make_lm` (box-bounded Gauss-Newton over single-shooting windows whose starts are free;
+    the default point method). Their loss is each particle's mean squared noise-normalised
+    residual (`likelihood.residual_loss`). For the baselines the defects of multiple
+    shooting are a Gaussian likelihood term of std `DEFECT_STD` (normalised units, seed
+    §2.3).
+  * `make_diffnea`: Adam over the spec's virtual parameters on a rollout or one-step loss
+    (`likelihoods.losses`, data `Segments`). `make_nea`: least squares on the joint-torque
+    regressor with its consistent refinement (data `RegressorData`).
 
-  * output error over the shooting likelihood (`likelihoods.likelihood`), particles
-    x = [z, s_hat] (CSVGD's flat particle, `shooting`: the spec's unconstrained coordinates
-    and the normalised shooting states): `make_csvgd` (seed 000), `make_svgd`, `make_sgld`,
-    `make_nuts`, `make_emcee`, `make_cem` (the seed's baselines). Their step's data is a
-    `TrajectoryData`; their loss is the mean squared noise-normalised residual of each
-    particle (`likelihood.residual_loss`). For the baselines the defects of multiple shooting
-    are a Gaussian likelihood term of std `DEFECT_STD` (normalised units, seed §2.3).
-  * the same methods and lm take the equation-error likelihood (`likelihoods.equation_error`,
-    `Target.likelihood` an `EquationErrorLikelihood`, data a `TorqueData`) unchanged: it
-    has no shooting states, no start states and no defects, and the generic functions of
-    `likelihoods.likelihood` that these methods call dispatch to it.
-  * CSVGD and SVGD step with `optimisers.annealed_adam` over `options.iterations`; with
-    `Options.whiten` CSVGD's Adam runs in the starting particles' whitened coordinates
-    (`optimisers.whitened`), for the live session's short windows that start at a Laplace
-    draw (steps in z would scatter them far beyond a narrow posterior).
-  * DiffNEA (`make_diffnea`): Adam with a cosine-decaying step size over the spec's virtual
-    parameters on a rollout or one-step loss (`likelihoods.losses`); data: `Segments`.
-  * Levenberg-Marquardt (`make_lm`, `kernels.lm`): box-bounded
-    Gauss-Newton over the noise-normalised residuals of single-shooting windows that start
-    at measured states (`shooting_windows.window_residuals`), exact forward-mode Jacobians; data:
-    a `TrajectoryData` with W = 1. The default point method.
-  * NEA (`make_nea`): Gauss-Newton least squares on the joint-torque regressor, then, if its
-    raw solution was not physically consistent, consistent least squares (Levenberg-Marquardt
-    from the projection and from the consistent anchor; the anchor's fit is kept unless the
-    projection's is lower by `NEA_REFINE_MARGIN`, either only if it beats the projection);
-    data: `RegressorData`.
-
-Warm-ups and probes live in `init`: NUTS runs Stan's window adaptation for
-`options.iterations` transitions; SGLD sets its Langevin step size so that the first drift
-of the median chain is `options.learning_rate` (in z); Emcee and CEM, which estimate their
-spread from the particles, get `ENSEMBLE_JITTER` normalised noise on the shooting states.
-
-`rebase` (the next live window) carries over, per method: CSVGD and SVGD the particles (the
-shooting states restart on the new measurements, CSVGD's multipliers at zero: they price the
-old window's defects; Adam's moments restart too, so that a payload picked up mid-run is
-followed); SGLD its step size; NUTS its adapted step size and mass
-matrix; Emcee its random generator; CEM starts a new mixture at the particles; DiffNEA its
-Adam state; NEA and LM start again from the particles (LM's damping restarts).
-
-The prior (`GaussianPrior` or None) enters every sampler's log density and LM's cost;
-DiffNEA and NEA are not sequential and ignore it. Emcee runs on the host (NumPy around jitted
-log densities): its `step` must not be jitted (`registry.Method.jittable`).
+Warm-ups and probes live in `init`: NUTS adapts its step size for `options.iterations`
+transitions; SGLD sets its step size so that the median chain's first drift is
+`options.learning_rate` (in z); Emcee and CEM get `ENSEMBLE_JITTER` normalised noise on the
+shooting states. `rebase` (the next live window) carries over, per method: CSVGD and SVGD the
+particles (shooting states, multipliers and Adam's moments restart); SGLD its step size;
+NUTS its step size and mass matrix; Emcee its random generator; CEM a new mixture at the
+particles; DiffNEA its Adam state; NEA and LM restart from the particles. The prior
+(`GaussianPrior` or None) enters every sampler's log density and LM's cost; DiffNEA and NEA
+ignore it. Emcee's `step` runs on the host and must not be jitted (`registry.Method`).
 """
 
 from __future__ import annotations
@@ -493,9 +472,12 @@ def make_diffnea(target: Target, options: Options) -> Estimator:
 
 
 def make_nea(target: Target, options: Options) -> Estimator:
-    """NEA (`kernels.nea`) with its consistent refinement (module doc); each
-    step is one Gauss-Newton iteration (at most NEA_MAX_ITERATIONS, until the step is below
-    NEA_TOLERANCE), then one refinement step, then `converged`."""
+    """NEA (`kernels.nea`); each step is one Gauss-Newton iteration (at most
+    NEA_MAX_ITERATIONS, until the step is below NEA_TOLERANCE), then one refinement step, then
+    `converged`. The refinement runs only if the raw solution was not physically consistent:
+    consistent least squares (`nea.make_consistent_ls`) from the projection and from the
+    consistent anchor; the anchor's fit is kept unless the projection's is lower by
+    NEA_REFINE_MARGIN, either only if it beats the projection."""
     del options
     spec, base = target.spec, target.base_params
     kernel = nea.build_kernel(target.model, base, spec, actuator=target.actuator)

@@ -153,6 +153,9 @@ def build_kernel(log_prob_fn: Callable, num_samples: int, num_elites: int,
                  mesh='auto') -> Kernel:
     """Cross-entropy method (Rubinstein 1999) with a Gaussian-mixture sampling distribution.
 
+    Over 100 lines because `init` and `step` are closures over the factory's settings, and
+    the mixture-weight update below is documented here.
+
     Each step:
       1. evaluates the population (N samples drawn from the mixture) in one vmapped call;
       2. keeps the `num_elites` samples of highest log density (`lax.top_k`);

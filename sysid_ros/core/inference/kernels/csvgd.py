@@ -130,6 +130,9 @@ def build_kernel(likelihood: lik.ShootingLikelihood, spec: parameters.ParameterS
                  carry_start: bool = True) -> Kernel:
     """CSVGD estimator over parameters and shooting states (see the module doc).
 
+    Over 100 lines because `init`, `step` and their helpers are closures over the factory's
+    settings, as blackjax's kernels are.
+
     Args:
       likelihood: simulator, windows, observation model and sum/product form.
       spec: the free parameters and their bounds.

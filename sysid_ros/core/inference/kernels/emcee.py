@@ -64,6 +64,9 @@ class EmceeInfo(NamedTuple):
 def build_kernel(log_prob_fn: Callable, num_walkers: int, *, moves=None) -> Kernel:
     """Affine-invariant ensemble MCMC (Goodman & Weare 2010) with `emcee.EnsembleSampler`.
 
+    Over 100 lines because `init`, `step` and the host-side sampler cache are closures over
+    the factory's settings, and why it runs on the host is documented here.
+
     The seed's Emcee baseline. One `step` is one emcee iteration: the default stretch move
     updates the two halves of the ensemble in turn, each walker proposing along the line
     through a random walker of the other half (so the log density is evaluated twice per

@@ -258,6 +258,9 @@ def make_consistent_ls(model: RobotModel, base_params: Params,
                        min_sqrt_moment: float = 1e-2) -> Callable:
     """Physically consistent least squares on the joint-torque regressor (NEA's objective).
 
+    Over 100 lines because its Levenberg-Marquardt loop and start are closures over the
+    factory's settings, and the choices of its Gauss-Newton model are documented here.
+
     Minimises NEA's loss, the mean squared normalised torque residual of `build_kernel`, over the
     spec's unconstrained coordinates z (`spec.from_unconstrained`): every z is within the
     bounds and, for links whose six inertia entries are free, physically consistent through
