@@ -16,9 +16,10 @@ finite when a parameter is not identifiable at all, e.g. an inertia about an axi
 planar motion never turns), and the use ratios of `limits.usage` of the positions,
 velocities, accelerations and commands (the commands' envelope over the parameters the
 prior still allows, `effort_envelope`, so that the motion stays within the effort limits for
-a robot whose parameters differ from theta). D-optimality (log det) minimises the volume of the confidence ellipsoid; unlike the condition number of
-the classic designs it is invariant to the units (S only adds a constant), smooth, and
-rewards information on every parameter that is still uncertain given the prior.
+a robot whose parameters differ from theta). D-optimality (log det) minimises the volume of
+the confidence ellipsoid; unlike the condition number of the classic designs it is invariant
+to the units (S only adds a constant), smooth, and rewards information on every parameter
+that is still uncertain given the prior.
 
 Optimiser: L-BFGS-B (scipy) on the jitted value and exact JAX gradient; the limits enter as
 the penalty with `target` slightly below 1, and after the optimisation the motion is checked
