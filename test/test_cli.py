@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from sysid_ros import cli
+from sysid_ros import cli, cli_demo
 from sysid_ros.io import model_io
 from sysid_ros.io import progress
 from sysid_ros.io import results
@@ -180,7 +180,7 @@ def test_argument_errors():
 
 
 def test_packaged_demo_config_is_found():
-    path = cli._packaged_config(cli.DEMO_CONFIG)
+    path = cli_demo.packaged_config(cli_demo.DEMO_CONFIG)
     assert pathlib.Path(path).is_file()
 
 
@@ -189,7 +189,7 @@ def test_live_demo_runs_the_arm_by_default_and_finds_every_robots_config():
 
     assert cli.build_parser().parse_args(['demo']).robot == 'panda'
     for robot in demo_robots.ROBOTS.values():
-        assert pathlib.Path(cli._packaged_config(robot.config)).is_file()
+        assert pathlib.Path(cli_demo.packaged_config(robot.config)).is_file()
 
 
 @pytest.mark.slow

@@ -59,6 +59,7 @@ __all__ = [
     'EVALUATION_REPORT',
     'pushed_values',
     'controller_parameters_file',
+    'text_table',
 ]
 
 FIGURES = ('trajectory_density.png', 'posterior.png')
@@ -77,6 +78,19 @@ _ANY_NODE = '/**'
 
 class ResultsError(InputError):
     """The output location cannot be written."""
+
+
+def text_table(headers, rows) -> str:
+    """Plain-text table, first column left-aligned, others right-aligned."""
+    cells = [list(map(str, headers))] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for k, row in enumerate(cells):
+        parts = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+        lines.append('  '.join(parts))
+        if k == 0:
+            lines.append('  '.join('-' * w for w in widths))
+    return '\n'.join(lines)
 
 
 def _plain(value: Any) -> Any:
