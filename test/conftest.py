@@ -21,7 +21,7 @@ os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
 
 # Tests compile at backend optimisation level 1 rather than XLA's default 3: the programs are
 # the same HLO with the same arithmetic (no fast-math either way), and compiling is half of
-# the default run's CPU time. Measured with a fresh cache: test_fit_defaults' Bayesian start
+# the default run's CPU time. Measured with a fresh cache: test_estimator_fit's Bayesian start
 # 61.6 -> 49.4 s, the CSVGD coverage test (execution-bound) 53.5 -> 53.0 s; level 0 compiled
 # faster still but ran that test 3.5x slower. Set through the environment so that node and
 # CLI subprocesses compile alike; the benches and the demo keep the default.
