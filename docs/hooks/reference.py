@@ -6,6 +6,7 @@ NAME at build time:
 - `configuration`: every key of the problem configuration, from `sysid_ros.io.config`'s
   section dataclasses (field metadata of `_opt`: kind, unit, choices, range; defaults; the
   `Attributes:` entries of each section's docstring, parsed by griffe).
+- `packaged-configs`: the files of `config/`, each with the first line of its comment.
 - `ros-config-parameters`: the ROS parameters a node declares for a configuration
   (`sysid_ros.ros.params.config_parameters` on every packaged `config/*.yaml`).
 - `ros-interfaces`: per node module in `sysid_ros/ros/`, its own parameters, topics and
@@ -124,23 +125,30 @@ def config_keys() -> list[str]:
 
 def _parameters_table() -> list[str]:
     from sysid_ros.core.model import parameters
+    from sysid_ros.io import units
 
-    nonnegative = parameters.NONNEGATIVE_ATTRIBUTES
-    attributes = ', '.join(f'`{a}`' + ('*' if a in nonnegative else '')
-                           for a in parameters.ATTRIBUTES)
-    payload = ', '.join(f'`{a}`' for a in parameters.PAYLOAD_ATTRIBUTES)
-    return [
+    lines = [
         '| key | type | default | description |', '|---|---|---|---|',
-        '| `parameters.<object>.<attribute>.min` | double | `-inf` (`0` for *) | lower bound '
-        'in physical units |',
+        '| `parameters.<object>.<attribute>.min` | double | `-inf` (`0` where the attribute '
+        'cannot be negative) | lower bound in physical units |',
         '| `parameters.<object>.<attribute>.max` | double | `inf` | upper bound in physical '
         'units |',
         "| `parameters.<object>.<attribute>.init` | double | the nominal model's | starting "
         'value, within the bounds |', '',
         f'`<object>` is a link or joint of the model, or `{parameters.PAYLOAD}` for '
-        '`model.payload`. Attributes of a link or joint (* cannot be negative): '
-        f'{attributes}. Attributes of the payload: {payload}. The flat name of a parameter '
-        'is `<object>.<attribute>`, e.g. `link2.com.x`.', '']
+        '`model.payload`; the flat name of a parameter is `<object>.<attribute>`, e.g. '
+        '`link2.com.x`. Bayesian methods need finite bounds.', '',
+        '| attribute | of | unit (revolute / prismatic joint) | cannot be negative |',
+        '|---|---|---|---|']
+    for attribute in parameters.ATTRIBUTES:
+        of = 'link' if attribute in parameters.LINK_ATTRIBUTES else 'joint'
+        if attribute in parameters.PAYLOAD_ATTRIBUTES:
+            of += ', payload'
+        unit = ' / '.join(dict.fromkeys(units.attribute_unit(attribute, prismatic)
+                                        for prismatic in (False, True)))
+        lines.append(f'| `{attribute}` | {of} | {unit} | '
+                     f'{"yes" if attribute in parameters.NONNEGATIVE_ATTRIBUTES else ""} |')
+    return lines + ['']
 
 
 def configuration_markdown() -> str:
@@ -162,6 +170,17 @@ def configuration_markdown() -> str:
                          f'{_cell(text)} |')
         lines.append('')
     return '\n'.join(lines)
+
+
+def packaged_configs_markdown() -> str:
+    """The packaged configurations, each with the first line of its leading comment."""
+    lines = ['| file | describes |', '|---|---|']
+    for path in packaged_configs():
+        first = path.read_text().partition('\n')[0]
+        text = first.lstrip('#').strip() if first.startswith('#') else ''
+        ending = '' if text.endswith('.') else ' …'
+        lines.append(f'| `config/{path.name}` | {_cell(text)}{ending} |')
+    return '\n'.join(lines) + '\n'
 
 
 # ------------------------------------------------------------------------------------------
@@ -366,6 +385,7 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     """Replace each `<!-- generated: NAME -->` line with the table NAME."""
     docs_dir = pathlib.Path(config['docs_dir'])
     makers = {'configuration': configuration_markdown,
+              'packaged-configs': packaged_configs_markdown,
               'ros-config-parameters': ros_config_parameters_markdown,
               'ros-interfaces': ros_interfaces_markdown,
               'cli': cli_markdown,
