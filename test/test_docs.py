@@ -1,5 +1,6 @@
-"""The documentation site builds strict (a warning, e.g. a broken link, fails it) and its
-generated references hold every configuration key and every declared ROS parameter."""
+"""The documentation site builds strict (a warning, e.g. a broken link, fails it), its
+generated references hold every configuration key and every declared ROS parameter, and the
+files its pages name exist."""
 
 import html
 import importlib
@@ -85,3 +86,12 @@ def test_design_index_links_every_design_page(site):
     for page in (REPO / 'docs' / 'design').glob('*.md'):
         if page.name != 'index.md':
             assert f'href="{page.stem}/"' in text, page.name
+
+
+def test_every_repository_path_named_in_the_pages_exists():
+    named = re.compile(r'\b(?:sysid_ros|test|bench|config|launch)/[\w/.-]+\.(?:py|yaml)\b')
+    pages = [REPO / 'README.md', *(REPO / 'docs').rglob('*.md')]
+    missing = sorted({f'{page.relative_to(REPO)}: {path}' for page in pages
+                      for path in named.findall(page.read_text())
+                      if not (REPO / path).exists()})
+    assert not missing
