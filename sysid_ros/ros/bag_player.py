@@ -11,19 +11,7 @@ would the robot. `/clock` (rosgraph_msgs/Clock) carries the bag time before ever
 so nodes with `use_sim_time` follow the recording. Topics whose message package is not
 importable here are skipped with a warning.
 
-Parameters:
-  bag (string): the recording (required).
-  rate (double, 1.0): playback speed factor; 0: no waiting.
-  topics (string array): topics to play; empty (default): all.
-  publish_clock (bool, true): publish /clock.
-  start_delay (double, 0.5): wall seconds to wait before the first message, so that
-    subscribers can connect [s].
-  wait_for_subscribers (int, 0): before playing, wait until every played topic has at least
-    this many subscribers (at most `wait_timeout` wall seconds, then play with a warning), so
-    that a fast replay into a starting recorder or estimator loses nothing.
-  wait_timeout (double, 30.0): longest wait for those subscribers [s], and after the last
-    message for its reliable subscribers' acknowledgements (the process would otherwise
-    exit before the last messages reach a subscriber that lags).
+Parameters: `PARAMETERS`; topics: `ENDPOINTS`.
 """
 
 from __future__ import annotations
@@ -33,6 +21,7 @@ import pathlib
 import sys
 import time
 
+from rcl_interfaces.msg import ParameterDescriptor
 import rclpy
 from rclpy.duration import Duration
 from rclpy.exceptions import ParameterUninitializedException
@@ -41,11 +30,36 @@ from rclpy.parameter import Parameter
 from rosgraph_msgs.msg import Clock
 
 from sysid_ros.ros import qos
+from sysid_ros.ros.interfaces import create, Endpoint, NodeParameter, PUBLISHER
 from sysid_ros.ros.messages import seconds_to_stamp
 
-__all__ = ['BagPlayer', 'main']
+__all__ = ['NODE_NAME', 'ENDPOINTS', 'PARAMETERS', 'BagPlayer', 'main']
 
+NODE_NAME = 'bag_player'
 _QUEUE = 1000
+
+PARAMETERS = (
+    NodeParameter('bag', '', 'the recording: a rosbag2 folder or a ROS 1 .bag (required)'),
+    NodeParameter('rate', 1.0, 'playback speed factor, >= 0; 0: no waiting'),
+    NodeParameter('topics', Parameter.Type.STRING_ARRAY, 'topics to play (not given: all)'),
+    NodeParameter('publish_clock', True, 'publish /clock'),
+    NodeParameter('start_delay', 0.5, 'wall seconds to wait before the first message, so that '
+                  'subscribers can connect [s]'),
+    NodeParameter('wait_for_subscribers', 0, 'before playing, wait until every played topic '
+                  'has at least this many subscribers (at most wait_timeout, then play with a '
+                  'warning), so that a fast replay into a starting node loses nothing'),
+    NodeParameter('wait_timeout', 30.0, 'longest wait for those subscribers [s], and after '
+                  "the last message for its reliable subscribers' acknowledgements"),
+)
+CLOCK = Endpoint('/clock', Clock, PUBLISHER,
+                 'the bag time of the next message, before each message; if publish_clock', 10)
+PLAYED = Endpoint(
+    '{topic}', None, PUBLISHER,
+    'every recorded topic (or those of topics) with its recorded type, each message at its '
+    'bag time; offered with the QoS its publishers were recorded with (ros.qos.from_recording: '
+    'best effort if any was, transient local only if all were); types that are not '
+    'importable here are skipped')
+ENDPOINTS = (CLOCK, PLAYED)
 
 
 def _message_class(msgtype: str):
@@ -61,14 +75,9 @@ class BagPlayer(Node):
     """Publishes the messages of one bag; `play()` runs until the end of the bag."""
 
     def __init__(self):
-        super().__init__('bag_player')
-        self.declare_parameter('bag', '')
-        self.declare_parameter('rate', 1.0)
-        self.declare_parameter('topics', Parameter.Type.STRING_ARRAY)
-        self.declare_parameter('publish_clock', True)
-        self.declare_parameter('start_delay', 0.5)
-        self.declare_parameter('wait_for_subscribers', 0)
-        self.declare_parameter('wait_timeout', 30.0)
+        super().__init__(NODE_NAME)
+        for name, default, description, _ in PARAMETERS:
+            self.declare_parameter(name, default, ParameterDescriptor(description=description))
         self.bag = pathlib.Path(self.get_parameter('bag').value)
         self.rate = float(self.get_parameter('rate').value)
         try:
@@ -113,7 +122,7 @@ class BagPlayer(Node):
         """Publish the bag once; returns the number of messages published."""
         from rosbags.highlevel import AnyReader
 
-        clock = self.create_publisher(Clock, '/clock', 10) if self.publish_clock else None
+        clock = create(self, CLOCK) if self.publish_clock else None
         with AnyReader([self.bag]) as reader:
             classes, recorded, conns = {}, {}, []
             for conn in reader.connections:
@@ -128,9 +137,9 @@ class BagPlayer(Node):
                 recorded.setdefault(conn.topic, []).extend(
                     getattr(conn.ext, 'offered_qos_profiles', ()))    # ROS 1 bags: none
                 conns.append(conn)
-            publishers = {topic: self.create_publisher(
-                cls, topic, qos.from_recording(recorded[topic], _QUEUE))
-                for topic, cls in classes.items()}
+            publishers = {topic: create(
+                self, PLAYED, msg_type=cls, qos=qos.from_recording(recorded[topic], _QUEUE),
+                topic=topic) for topic, cls in classes.items()}
             self.get_logger().info(f'{self.bag}: playing {len(publishers)} topics, '
                                    f'{reader.duration * 1e-9:.1f} s at rate {self.rate:g}')
             self._wait_for_subscribers(publishers)

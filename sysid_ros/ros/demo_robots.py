@@ -3,12 +3,9 @@ configuration each runs and the `sim_robot` parameters that set its hidden truth
 
 The arm: example-robot-data's Panda of `config/panda_live.yaml`, joint-space sines inside the
 limits, efforts published at 1 kHz, hidden viscous and Coulomb friction on every joint (the
-nominal one plus 0.3 N m s/rad and 0.5 N m times U(0.5, 1.5), see `ros.sim_robot`) and a rigid
-1 kg payload on link 7 picked up at `payload_time`.
-It is integrated at 4 kHz: joint 7 (about 0.01 kg m^2) under Coulomb friction smoothed over
-0.01 rad/s (slope c / eps = 74 N m s/rad, time constant 0.14 ms) is stiff, and RK4 at 1 kHz
-chattered through its velocity reversals, so that the estimate traded its Coulomb friction for
-damping (0.44 and 0.87 against truths 0.74 and 0.23).
+nominal one plus 0.3 N m s/rad and 0.5 N m times U(0.5, 1.5), see `io.simulated_robot`) and a
+rigid 1 kg payload on link 7 picked up at `payload_time`. It is integrated at 4 kHz, because
+its joint 7 under smoothed Coulomb friction is stiff (docs/design/ros.md).
 """
 
 from __future__ import annotations

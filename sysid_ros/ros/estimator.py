@@ -3,95 +3,32 @@
     ros2 run sysid_ros estimator --ros-args --params-file config/double_pendulum_live.yaml
     python -m sysid_ros.ros.estimator --ros-args -p config:=config/double_pendulum_live.yaml
 
-Lifecycle (a managed node, rclpy.lifecycle): configure reads the parameters, builds the model
-(from the config, `robot_description` or its topic), checks it against Pinocchio, creates
-the topics and services below and compiles the estimator (tens of seconds; a failure leaves
-the node unconfigured with the reason logged); activate consumes the measurements (from an
-empty window buffer), publishes and pushes; deactivate stops that, keeping the posterior;
-cleanup and shutdown write the posterior to `online.save_path` (once it saw a window) and
-release the topics. With `autostart` (bool, default true) the node configures and activates
-itself at start, and a configure failure exits (status 2 or 3, below); with
-`autostart:=false` it waits unconfigured for a lifecycle manager (`ros2 lifecycle set
-/sysid/estimator configure`, launch_ros's LifecycleNode with ChangeState events as in
+A managed (lifecycle) node. Configure reads the parameters, builds the model (from the
+configuration, `robot_description` or its topic), checks it against Pinocchio, creates the
+topics and services and compiles the estimator; a failure leaves the node unconfigured with
+the reason logged. Activate consumes measurements (from an empty window buffer), publishes and
+pushes; deactivate stops that and keeps the posterior; cleanup and shutdown write the
+posterior to `online.save_path` (once it saw a window) and release the topics. With
+`autostart` the node configures and activates itself at start; without, it waits for a
+lifecycle manager (`ros2 lifecycle set`, launch_ros's LifecycleNode as in
 launch/sysid.launch.py).
 
-Parameters (read once, at configure, so all declared read-only):
-  * the configuration contract (`model.*`, `parameters.*`, `data.*`, `estimator.*`,
-    `online.*`; see ARCHITECTURE.md and `io.config.OnlineConfig`) from a params file, and/or
-  * `config` (string): a problem YAML file; keys given as ROS parameters override it;
-  * `robot_description` (string): URDF XML that replaces `model.urdf` / `model.builder`;
-  * `robot_description_topic` (string, ''): without `robot_description`, wait at start for
-    the URDF on this std_msgs/String topic (transient local, as `robot_state_publisher`
-    publishes `/robot_description`) for at most `robot_description_timeout` (float, 30 s);
-  * `verify_samples` (int, 8): random states of the Pinocchio check (0: skip it);
-  * `qos_overrides.<topic>.subscription.<policy>` (see Subscriptions).
-Every key of the configuration in use is declared (`ros.params`) with its value, type,
-description (from `io.config`) and range, so `ros2 param get/describe` show what the node
-runs with; `ros2 param set` is refused ('read-only', or 'undeclared' for an unknown name).
-A bad configuration, or a parameter given that the node does not have (a typo), prints one
-message naming the file and key and exits with status 2; a model whose JAX dynamics
-disagree with Pinocchio (`io.verify`) is refused (status 3).
+Parameters, all read-only (read once, at configure): the node's own (`PARAMETERS`) and every
+key of the configuration in use (`model.*`, `parameters.*`, `data.*`, `estimator.*`,
+`online.*`; `io.config`), declared by `ros.params` with value, type, description and range.
+Keys given as parameters override the `config` file; a parameter the node does not have is
+refused.
 
-Subscriptions (names as configured, remappable; QoS `ros.qos.SENSOR_INPUT`: best effort, so
-that both sensor-data and reliable publishers are received, volatile, depth 1000, each policy
-overridable as `qos_overrides.<topic>.subscription.{reliability,durability,depth,history}`):
-`data.joint_states_topic`
-(sensor_msgs/JointState: positions, velocities and, with `torque_source:
-joint_states.effort`, efforts; joints matched by name); `data.torque_source` when it names a
-topic (std_msgs/Float64MultiArray in model joint order, stamped on receipt by the node clock);
-`data.mocap_topics` (geometry_msgs/PoseStamped; observed by the likelihood where
-`data.mocap_frames` names the tracked frames).
-Callbacks only append to the `WindowBuffer`; one worker thread pops the newest window every
-`online.hop`, runs `OnlineSession.update` (CSVGD by default, warm-started, see `io.online`) and
-publishes.
+Topics, services and the push client: `ENDPOINTS`. Subscriptions only append to the
+`WindowBuffer`; one worker thread pops the newest window every `online.hop`, runs
+`io.online.OnlineSession.update` and publishes. Stamps come from the messages, so
+`use_sim_time` (bag replays with /clock) works; a jump back in time clears the buffer. With
+`XLA_FLAGS=--xla_force_host_platform_device_count=N` CSVGD shards each window's particles over
+N CPU devices (when the particle count is a multiple of N).
 
-Publications (under the node's namespace), stamped in the data's time, all latched
-(`ros.qos.LATCHED`: reliable, transient local, depth 1) so that a controller or monitor
-started later receives the latest at once:
-  * `~/estimate` (sensor_msgs/JointState): `name` = the parameter names, `position` = the
-    posterior means, `velocity` = the posterior standard deviations [physical units]; plot
-    e.g. `/sysid/estimator/estimate/link2.mass/position`; `ros.estimate_client` decodes it;
-  * `~/inertia/<link>` (geometry_msgs/InertiaStamped, frame the link): per link that a
-    parameter names, its mass, centre of mass and inertia about the centre of mass with the
-    posterior means (`io.problem.identified_inertias`), as franka_msgs' SetLoad and the UR
-    driver's payload interface take them; `~/inertia/payload` for `model.payload`;
-  * `~/particles` (sensor_msgs/PointCloud2): one point per particle, one FLOAT64 field per
-    parameter name;
-  * `~/measured`, `~/predicted` (trajectory_msgs/JointTrajectory): the last window (positions
-    and velocities, stamped at its start); the prediction simulates the posterior mean from
-    the window's first measured state;
-  * `~/robot_description` (std_msgs/String): the URDF with the posterior means written in
-    (`io.problem.Problem.identified_urdf`).
-Diagnostics (not latched):
-  * `/diagnostics` (diagnostic_msgs/DiagnosticArray, where `diagnostic_aggregator` and
-    `rqt_robot_monitor` listen) at `online.diagnostics_rate` of wall time (also on sim time,
-    where a finished replay stops the clock), in diagnostic_updater's form: each status named
-    '<node name>: <task>', its hardware_id the model's name. One status
-    per input topic (received, rate, seconds silent in wall time: WARN after
-    `online.silent_warn`, STALE after `online.silent_stale`), one for the window buffer
-    (fill, rejected messages by reason, ignored joint names, time jumps, dropped windows) and
-    one for the estimator (windows, iteration time, lag from window end to publish in the
-    node clock, predictive ESS, divergences, loss, the noise scale and the last window's
-    prior inflation of `io.online`; WARN when inference is slower than the
-    hop or the last window diverged), and with a push target one for the push (WARN when
-    the controller rejected the last push).
-Services (std_srvs/Trigger): `~/reset` (posterior back to its start), `~/save` (write the
-posterior to `online.save_path`); (std_srvs/SetBool) `~/pause_push` (true: pause the push,
-false: resume it). On Ctrl-C / SIGTERM the posterior is written to `online.save_path` before
-exit; `online.warm_start` starts from such a file.
-Push (`ros.parameter_push`): with `online.push_node`, the means of `online.push_parameters`
-(estimate name -> parameter name) go to `<push_node>/set_parameters_atomically` in one
-request, at most `online.push_rate` times a second, from windows that did not diverge and
-whose pushed parameters' stds are below `online.push_max_std` of their bounds widths; the
-diagnostics status 'push' counts them sent, accepted and rejected (with the last reason) and
-what was held back by reason.
-Time: stamps come from the messages, so `use_sim_time` (bag replays with /clock) works; a
-jump back in time (a bag restarted) clears the window buffer.
-Cores: with `XLA_FLAGS=--xla_force_host_platform_device_count=N` in its environment the
-node sees N CPU devices and CSVGD shards each window's particles over them (when the particle
-count is a multiple of N): on 2 cores 64 particles ran 2x faster per window, 16 particles only
-1.25x, and the first compilation took twice as long (66 s against 35 s), so it is not the
-default.
+Exit status: 0 after Ctrl-C / SIGTERM (the posterior is written first), 2 for a bad
+configuration or parameter, 3 for a model whose JAX dynamics disagree with Pinocchio
+(`io.verify`).
 """
 
 from __future__ import annotations
@@ -102,7 +39,7 @@ import sys
 import threading
 import time
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import InertiaStamped, PoseStamped
 import jax
 import rclpy
@@ -120,26 +57,100 @@ from sysid_ros.io import model_io, online, pipeline, verify
 from sysid_ros.io import problem as problem_io
 from sysid_ros.io.errors import InputError
 from sysid_ros.io.window_buffer import WindowBuffer
-from sysid_ros.ros import messages, params, parameter_push, qos
+from sysid_ros.ros import messages, parameter_push, params, qos
+from sysid_ros.ros.estimator_diagnostics import EstimatorDiagnostics
+from sysid_ros.ros.interfaces import (create, Endpoint, NodeParameter, PUBLISHER, SERVICE,
+                                      SUBSCRIPTION)
 
-__all__ = ['EXIT_BAD_CONFIG', 'EXIT_MISMATCH', 'ModelMismatch', 'EstimatorNode', 'main']
+__all__ = ['NODE_NAME', 'ENDPOINTS', 'PARAMETERS', 'EXIT_BAD_CONFIG', 'EXIT_MISMATCH',
+           'ModelMismatch', 'EstimatorNode', 'main']
 
+NODE_NAME = 'estimator'
 EXIT_BAD_CONFIG = 2
 EXIT_MISMATCH = 3
 # Worker wake-up period while waiting for a window [s].
 _POLL = 0.1
-# The node's own parameters (params.node_parameters): name, default, description, minimum.
-_NODE_PARAMETERS = (
-    ('config', '', 'problem YAML file; configuration keys given as parameters override it',
-     None),
-    ('robot_description', '', 'URDF XML that replaces model.urdf and model.builder', None),
-    ('robot_description_topic', '', 'without robot_description: wait at start for the URDF '
-     'latched on this std_msgs/String topic', None),
-    ('robot_description_timeout', 30.0, 'longest wait for robot_description_topic [s]', 0.0),
-    ('verify_samples', 8, 'random states of the check against Pinocchio (0: skip it)', 0),
-    ('autostart', True, 'configure and activate at start (false: wait in unconfigured for a '
-     'lifecycle manager)', None),
+
+PARAMETERS = (
+    NodeParameter('config', '', 'problem YAML file; configuration keys given as parameters '
+                  'override it'),
+    NodeParameter('robot_description', '', 'URDF XML that replaces model.urdf and '
+                  'model.builder'),
+    NodeParameter('robot_description_topic', '', 'without robot_description: wait at start '
+                  'for the URDF latched on this std_msgs/String topic'),
+    NodeParameter('robot_description_timeout', 30.0, 'longest wait for '
+                  'robot_description_topic [s]', 0.0),
+    NodeParameter('verify_samples', 8, 'random states of the check against Pinocchio (0: '
+                  'skip it)', 0),
+    NodeParameter('autostart', True, 'configure and activate at start (false: wait in '
+                  'unconfigured for a lifecycle manager)'),
 )
+
+_INPUT = ('; best effort (receives sensor-data and reliable publishers), volatile, depth '
+          '1000, each policy overridable as qos_overrides.<topic>.subscription.<policy>')
+JOINT_STATES = Endpoint(
+    '{joint_states_topic}', JointState, SUBSCRIPTION,
+    'data.joint_states_topic: positions, velocities and, with torque_source: '
+    'joint_states.effort, efforts; joints matched by name' + _INPUT,
+    qos.SENSOR_INPUT, qos.INPUT_OVERRIDES)
+TORQUE_COMMANDS = Endpoint(
+    '{torque_source}', Float64MultiArray, SUBSCRIPTION,
+    'data.torque_source, where it names a topic: torques in model joint order [N m, N], '
+    'stamped on receipt by the node clock' + _INPUT, qos.SENSOR_INPUT, qos.INPUT_OVERRIDES)
+MOCAP_POSES = Endpoint(
+    '{mocap_topic}', PoseStamped, SUBSCRIPTION,
+    "one per entry of data.mocap_topics: a tracked body's pose, observed by the likelihood "
+    'where data.mocap_frames names the tracked frames' + _INPUT,
+    qos.SENSOR_INPUT, qos.INPUT_OVERRIDES)
+ROBOT_DESCRIPTION_IN = Endpoint(
+    '{robot_description_topic}', String, SUBSCRIPTION,
+    'robot_description_topic, without robot_description: the URDF, waited for at configure '
+    'for at most robot_description_timeout (latched, as robot_state_publisher publishes it)',
+    qos.LATCHED)
+_LATCHED = ("; stamped at the window's end in the data's time; latched (reliable, "
+            'transient local, depth 1): a subscriber that starts later receives the latest')
+ESTIMATE = Endpoint(
+    '~/estimate', JointState, PUBLISHER,
+    'name: the parameter names, position: the posterior means, velocity: the posterior '
+    'standard deviations [physical units] (`ros.estimate_client` decodes it)' + _LATCHED,
+    qos.LATCHED)
+INERTIA = Endpoint(
+    '~/inertia/{link}', InertiaStamped, PUBLISHER,
+    'per link that a parameter names (and `payload` for model.payload), in the link frame: '
+    'its mass, centre of mass and inertia about the centre of mass at the posterior means, '
+    "as franka_msgs' SetLoad and the UR driver's payload interface take them" + _LATCHED,
+    qos.LATCHED)
+PARTICLES = Endpoint(
+    '~/particles', PointCloud2, PUBLISHER,
+    'one point per particle, one FLOAT64 field per parameter name' + _LATCHED, qos.LATCHED)
+MEASURED = Endpoint(
+    '~/measured', JointTrajectory, PUBLISHER,
+    "the last window's positions and velocities, stamped at its start; latched",
+    qos.LATCHED)
+PREDICTED = Endpoint(
+    '~/predicted', JointTrajectory, PUBLISHER,
+    "the posterior mean simulated from the last window's first measured state, stamped at "
+    'its start; latched', qos.LATCHED)
+ROBOT_DESCRIPTION = Endpoint(
+    '~/robot_description', String, PUBLISHER,
+    'the URDF with the posterior means written in' + _LATCHED, qos.LATCHED)
+DIAGNOSTICS = Endpoint(
+    '/diagnostics', DiagnosticArray, PUBLISHER,
+    "at online.diagnostics_rate of wall time, in diagnostic_updater's form (statuses "
+    "'<node name>: <task>', hardware_id the model's name): per input topic (received, rate, "
+    'seconds silent: WARN after online.silent_warn, STALE after online.silent_stale); the '
+    'window buffer (fill, rejected messages by reason, ignored joint names, time jumps, '
+    'dropped windows); the estimator (windows, iteration time, lag from window end to '
+    'publish, predictive ESS, divergences, loss, noise scale, prior inflation; WARN when '
+    'inference is slower than the hop or the last window diverged); with a push target, the '
+    'push (WARN when the controller rejected the last push)', 10)
+RESET = Endpoint('~/reset', Trigger, SERVICE, 'posterior back to its start')
+SAVE = Endpoint('~/save', Trigger, SERVICE, 'write the posterior to online.save_path')
+PAUSE_PUSH = Endpoint('~/pause_push', SetBool, SERVICE,
+                      'true: pause the push, false: resume it')
+ENDPOINTS = (JOINT_STATES, TORQUE_COMMANDS, MOCAP_POSES, ROBOT_DESCRIPTION_IN, ESTIMATE,
+             INERTIA, PARTICLES, MEASURED, PREDICTED, ROBOT_DESCRIPTION, DIAGNOSTICS, RESET,
+             SAVE, PAUSE_PUSH, parameter_push.SET_PARAMETERS)
 
 
 class ModelMismatch(Exception):
@@ -151,12 +162,11 @@ class EstimatorNode(LifecycleNode):
     lifecycle)."""
 
     def __init__(self, **kwargs):
-        super().__init__('estimator', **kwargs)
-        self._settings = params.node_parameters(self, _NODE_PARAMETERS)
+        super().__init__(NODE_NAME, **kwargs)
+        self._settings = params.node_parameters(self, PARAMETERS)
         self.autostart = self._settings['autostart']
         self.failure: Exception | None = None   # why the last configure failed
         self._owned: list = []                  # (destroy, entity) made by configure
-        self._stats_lock = threading.Lock()
         self._stop = threading.Event()
         self._active = threading.Event()
         self._worker: threading.Thread | None = None
@@ -237,40 +247,36 @@ class EstimatorNode(LifecycleNode):
                                    torque_source='command' if from_command else 'effort',
                                    mocap_bodies=data.mocap_topics)
 
-        self._last_seen: dict[str, float | None] = {}
-        self._counts: dict[str, int] = {}
-        self._topics = [data.joint_states_topic]
-        self._subscribe(JointState, data.joint_states_topic, self._on_joint_state)
+        self._topics = [data.joint_states_topic, *([data.torque_source] if from_command else []),
+                        *data.mocap_topics]
+        self._diagnostics = EstimatorDiagnostics(self.get_name(), problem.model.name,
+                                                 self._topics, cfg.online)
+        self._subscribe(JOINT_STATES, self._on_joint_state,
+                        joint_states_topic=data.joint_states_topic)
         if from_command:
-            self._topics.append(data.torque_source)
-            self._subscribe(Float64MultiArray, data.torque_source, self._on_command)
+            self._subscribe(TORQUE_COMMANDS, self._on_command, torque_source=data.torque_source)
         for topic in data.mocap_topics:
-            self._topics.append(topic)
-            self._subscribe(PoseStamped, topic, lambda msg, body=topic: self._on_pose(body, msg))
-        for topic in self._topics:
-            self._last_seen[topic] = None
-            self._counts[topic] = 0
+            self._subscribe(MOCAP_POSES, lambda msg, body=topic: self._on_pose(body, msg),
+                            mocap_topic=topic)
         params.check_given(self)            # every parameter given is now declared
         self._check_model(self._settings['verify_samples'])
 
-        def publisher(msg_type, topic):
+        def publisher(endpoint, **names):
             return self._own(self.destroy_lifecycle_publisher,
-                             self.create_lifecycle_publisher(msg_type, topic, qos.LATCHED))
+                             create(self, endpoint, lifecycle=True, **names))
 
-        self._estimate_pub = publisher(JointState, '~/estimate')
+        self._estimate_pub = publisher(ESTIMATE)
         self._inertia_pubs = {
-            body.name: publisher(InertiaStamped, f'~/inertia/{body.name}')
+            body.name: publisher(INERTIA, link=body.name)
             for body in problem_io.identified_inertias(problem, self.session.estimate()[0])}
-        self._particles_pub = publisher(PointCloud2, '~/particles')
-        self._measured_pub = publisher(JointTrajectory, '~/measured')
-        self._predicted_pub = publisher(JointTrajectory, '~/predicted')
-        self._urdf_pub = publisher(String, '~/robot_description')
-        self._diag_pub = self._own(self.destroy_publisher,
-                                   self.create_publisher(DiagnosticArray, '/diagnostics', 10))
-        for srv_type, name, callback in ((Trigger, '~/reset', self._on_reset),
-                                         (Trigger, '~/save', self._on_save),
-                                         (SetBool, '~/pause_push', self._on_pause_push)):
-            self._own(self.destroy_service, self.create_service(srv_type, name, callback))
+        self._particles_pub = publisher(PARTICLES)
+        self._measured_pub = publisher(MEASURED)
+        self._predicted_pub = publisher(PREDICTED)
+        self._urdf_pub = publisher(ROBOT_DESCRIPTION)
+        self._diag_pub = self._own(self.destroy_publisher, create(self, DIAGNOSTICS))
+        for endpoint, callback in ((RESET, self._on_reset), (SAVE, self._on_save),
+                                   (PAUSE_PUSH, self._on_pause_push)):
+            self._own(self.destroy_service, create(self, endpoint, callback))
         self._push = None
         if cfg.online.push_node and cfg.online.push_parameters:
             self._push = parameter_push.ParameterPush(
@@ -285,8 +291,6 @@ class EstimatorNode(LifecycleNode):
         self.get_logger().info(f'estimator compiled in {time.perf_counter() - start:.1f} s')
         if self.session.integration is not None:
             self.get_logger().info(self.session.integration.describe(self.session.problem))
-        self._last: online.WindowResult | None = None
-        self._lag = float('nan')
         self._stop.clear()
         self._worker = threading.Thread(target=self._work, name='estimator-worker',
                                         daemon=True)
@@ -309,11 +313,9 @@ class EstimatorNode(LifecycleNode):
     # Start-up
     # ------------------------------------------------------------------------------------------
 
-    def _subscribe(self, msg_type, topic: str, callback) -> None:
-        """A measurement subscription: `qos.SENSOR_INPUT`, overridable by parameters."""
-        self._own(self.destroy_subscription, self.create_subscription(
-            msg_type, topic, callback, qos.SENSOR_INPUT,
-            qos_overriding_options=qos.INPUT_OVERRIDES))
+    def _subscribe(self, endpoint: Endpoint, callback, **names) -> None:
+        """A measurement subscription, destroyed on cleanup."""
+        self._own(self.destroy_subscription, create(self, endpoint, callback, **names))
 
     def _read_config(self) -> config_io.Config:
         """The configuration from `config` and the params-file keys (those override)."""
@@ -343,6 +345,7 @@ class EstimatorNode(LifecycleNode):
         """The first URDF published on `topic` (latched), received by a helper node in this
         node's namespace and context (configure may run inside this node's executor)."""
         received = Future()
+
         def on_description(msg: String) -> None:
             if not received.done():
                 received.set_result(msg.data)
@@ -350,7 +353,7 @@ class EstimatorNode(LifecycleNode):
         helper = rclpy.create_node(f'{self.get_name()}_robot_description',
                                    namespace=self.get_namespace(), context=self.context)
         try:
-            helper.create_subscription(String, topic, on_description, qos.LATCHED)
+            create(helper, ROBOT_DESCRIPTION_IN, on_description, robot_description_topic=topic)
             executor = SingleThreadedExecutor(context=self.context)
             executor.add_node(helper)
             executor.spin_until_future_complete(received, timeout_sec=timeout)
@@ -384,8 +387,7 @@ class EstimatorNode(LifecycleNode):
 
     def _seen(self, topic: str) -> bool:
         """Count a message on `topic`; returns whether to consume it (active)."""
-        self._last_seen[topic] = time.monotonic()
-        self._counts[topic] += 1
+        self._diagnostics.seen(topic)
         return self._active.is_set()
 
     def _on_joint_state(self, msg: JointState) -> None:
@@ -478,81 +480,14 @@ class EstimatorNode(LifecycleNode):
             window.t, problem.joint_names, predicted[:, :nv], predicted[:, nv:]))
         self._urdf_pub.publish(String(data=problem.identified_urdf(result.mean)))
         now = self.get_clock().now().nanoseconds * 1e-9
-        with self._stats_lock:
-            self._last = result
-            self._lag = now - result.t_end
+        self._diagnostics.published(result, now - result.t_end)
         if self._push is not None:
             self._push.offer(result.mean, result.std, result.diverged)
 
-    # ------------------------------------------------------------------------------------------
-    # Diagnostics
-    # ------------------------------------------------------------------------------------------
-
-    def _status(self, name: str, level: int, message: str, values: dict) -> DiagnosticStatus:
-        return DiagnosticStatus(level=level, name=f'{self.get_name()}: {name}',
-                                message=message, hardware_id=self.problem.model.name,
-                                values=[KeyValue(key=k, value=str(v)) for k, v in values.items()])
-
-    def _input_status(self, topic: str, rate: float | None) -> DiagnosticStatus:
-        seen = self._last_seen[topic]
-        silent = float('inf') if seen is None else time.monotonic() - seen
-        if silent >= self._online.silent_stale:
-            level, message = DiagnosticStatus.STALE, f'silent for {silent:.1f} s'
-        elif silent >= self._online.silent_warn:
-            level, message = DiagnosticStatus.WARN, f'silent for {silent:.1f} s'
-        else:
-            level, message = DiagnosticStatus.OK, 'receiving'
-        values = {'received': self._counts[topic], 'silent_s': f'{silent:.3f}'}
-        if rate is not None:
-            values['rate_hz'] = f'{rate:.2f}'
-        return self._status(f'input {topic}', level, message, values)
-
-    def diagnostics(self) -> DiagnosticArray:
-        """The diagnostics array (see the module doc)."""
-        stats = self.buffer.stats()
-        statuses = [self._input_status(topic, stats.input_rate if i == 0 else None)
-                    for i, topic in enumerate(self._topics)]
-        rejected = sum(stats.rejected.values())
-        buffer_values = {'fill': f'{stats.fill:.3f}', 'rejected': rejected,
-                         **{f'rejected.{k}': v for k, v in stats.rejected.items()},
-                         'ignored_joint_names': stats.ignored_joint_names,
-                         'time_jumps': stats.time_jumps,
-                         'windows_emitted': stats.windows_emitted,
-                         **{f'windows_dropped.{k}': v
-                            for k, v in stats.windows_dropped.items()}}
-        statuses.append(self._status(
-            'window buffer', DiagnosticStatus.WARN if rejected else DiagnosticStatus.OK,
-            f'{rejected} messages rejected' if rejected else 'ok', buffer_values))
-        with self._stats_lock:
-            last, lag = self._last, self._lag
-        active = self._active.is_set()
-        values = {'windows': self.session.windows, 'divergences': self.session.divergences,
-                  'active': active}
-        level, message = DiagnosticStatus.OK, 'waiting for data'
-        if last is not None:
-            values.update(iteration_time_s=f'{last.iteration_time:.4f}', lag_s=f'{lag:.4f}',
-                          ess=f'{last.ess:.3f}', loss=f'{last.loss:.6g}',
-                          noise_scale=f'{last.noise_scale:.4g}',
-                          prior_inflation=f'{last.prior_inflation:.4g}',
-                          window_end=f'{last.t_end:.6f}')
-            message = 'running'
-            if last.diverged:
-                level, message = DiagnosticStatus.WARN, 'last window diverged; posterior reset'
-            elif last.iteration_time > self._online.hop:
-                level, message = DiagnosticStatus.WARN, 'inference slower than the hop'
-        if not active:
-            level, message = DiagnosticStatus.OK, 'inactive'
-        statuses.append(self._status('estimator', level, message, values))
-        if self._push is not None:
-            warn, message, values = self._push.status()
-            statuses.append(self._status(
-                'push', DiagnosticStatus.WARN if warn else DiagnosticStatus.OK, message, values))
-        msg = DiagnosticArray(status=statuses)
-        msg.header.stamp = self.get_clock().now().to_msg()
-        return msg
-
     def _publish_diagnostics(self) -> None:
-        self._diag_pub.publish(self.diagnostics())
+        self._diag_pub.publish(self._diagnostics.array(
+            self.buffer.stats(), self.session, self._active.is_set(), self._push,
+            self.get_clock().now().to_msg()))
 
     # ------------------------------------------------------------------------------------------
     # Shutdown

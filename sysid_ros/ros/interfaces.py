@@ -30,16 +30,17 @@ class Endpoint(NamedTuple):
     Attributes:
       name: as passed to rclpy, relative to the node's namespace (`~/` is the node's own);
         a `{placeholder}` is filled by the node from the parameter that `doc` names.
-      type: the message or service class.
+      msg_type: the message or service class; None where a recording sets it.
       kind: one of `KINDS`.
       doc: what it carries (units, frames) and when the node has it.
-      qos: the profile of a topic (or a history depth); None for a service or client.
+      qos: the profile of a topic (or a history depth); None for a service or client, or
+        where a recording sets it.
       overrides: the QoS policies of a topic that parameters may override
         (`qos_overrides.<topic>.<publisher|subscription>.<policy>`), or None.
     """
 
     name: str
-    type: type
+    msg_type: type | None
     kind: str
     doc: str
     qos: QoSProfile | int | None = None
@@ -51,7 +52,8 @@ class NodeParameter(NamedTuple):
 
     Attributes:
       name: the parameter name.
-      default: its value when none is given.
+      default: its value when none is given, or a `Parameter.Type` for a parameter that has
+        no value unless given.
       description: what it sets, with its unit.
       minimum: the smallest value accepted, or None.
     """
@@ -69,7 +71,8 @@ def type_name(msg_type: type) -> str:
 
 
 def create(node: Node, endpoint: Endpoint, callback: Callable | None = None,
-           lifecycle: bool = False, **names: Any) -> Any:
+           lifecycle: bool = False, msg_type: type | None = None,
+           qos: QoSProfile | int | None = None, **names: Any) -> Any:
     """Create `endpoint` on `node`.
 
     Args:
@@ -77,19 +80,23 @@ def create(node: Node, endpoint: Endpoint, callback: Callable | None = None,
       endpoint: what to create.
       callback: of a subscription or service.
       lifecycle: make a publisher a lifecycle publisher (it publishes only while active).
+      msg_type: the type of an endpoint whose type a recording sets.
+      qos: the profile of an endpoint whose profile a recording sets.
       **names: the values of the placeholders in `endpoint.name`.
 
     Returns:
       The publisher, subscription, service or client.
     """
     name = endpoint.name.format(**names)
+    msg_type = msg_type or endpoint.msg_type
+    qos = endpoint.qos if qos is None else qos
     options = ({} if endpoint.overrides is None
                else {'qos_overriding_options': endpoint.overrides})
     if endpoint.kind == PUBLISHER:
         make = node.create_lifecycle_publisher if lifecycle else node.create_publisher
-        return make(endpoint.type, name, endpoint.qos, **options)
+        return make(msg_type, name, qos, **options)
     if endpoint.kind == SUBSCRIPTION:
-        return node.create_subscription(endpoint.type, name, callback, endpoint.qos, **options)
+        return node.create_subscription(msg_type, name, callback, qos, **options)
     if endpoint.kind == SERVICE:
-        return node.create_service(endpoint.type, name, callback)
-    return node.create_client(endpoint.type, name)
+        return node.create_service(msg_type, name, callback)
+    return node.create_client(msg_type, name)

@@ -146,7 +146,9 @@ def arrays_to_joint_state(t: float, names: Sequence[str], position=(), velocity=
     Args:
       t: stamp [s].
       names: (n,) joint names.
-      position, velocity, effort: (n,) or empty.
+      position: (n,) positions [rad, m], or empty.
+      velocity: (n,) velocities [rad/s, m/s], or empty.
+      effort: (n,) efforts [N m, N], or empty.
       frame_id: header frame.
     """
     msg = JointState()

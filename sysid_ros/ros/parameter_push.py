@@ -24,8 +24,15 @@ from rcl_interfaces.srv import SetParametersAtomically
 from rclpy.node import Node
 
 from sysid_ros.io import results
+from sysid_ros.ros.interfaces import CLIENT, create, Endpoint
 
-__all__ = ['HELD_REASONS', 'held_reason', 'ParameterPush']
+__all__ = ['SET_PARAMETERS', 'HELD_REASONS', 'held_reason', 'ParameterPush']
+
+SET_PARAMETERS = Endpoint(
+    '{push_node}/set_parameters_atomically', SetParametersAtomically, CLIENT,
+    'with online.push_node: the means of online.push_parameters (estimate name -> parameter '
+    'name) in one request, at most online.push_rate times a second, from windows that pass '
+    'the gate')
 
 # Why a window's estimate was not pushed: paused by the service, diverged window, a pushed
 # parameter's std at or above its threshold, the controller's service not (yet) up.
@@ -71,8 +78,7 @@ class ParameterPush:
                  names: Sequence[str], bounds: Mapping[str, tuple[float, float]],
                  max_std: float, rate: float):
         self.target = target
-        self.client = node.create_client(SetParametersAtomically,
-                                          f'{target}/set_parameters_atomically')
+        self.client = create(node, SET_PARAMETERS, push_node=target)
         self._mapping = dict(mapping)
         self._names = list(names)
         self._index = [self._names.index(source) for source in self._mapping]

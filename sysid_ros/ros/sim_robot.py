@@ -1,7 +1,6 @@
 """`sim_robot`: a simulated robot driver, the hardware of the live demo.
 
-    ros2 run sysid_ros sim_robot --ros-args -p config:=config/double_pendulum.yaml \
-        -p publish_rate:=200.0 -p noise:=0.001
+    ros2 run sysid_ros sim_robot --ros-args -p config:=config/double_pendulum.yaml -p seed:=3
 
 Publishes what a driver would (`ENDPOINTS`) from an `io.simulated_robot.SimulatedRobot` set by
 its parameters (`PARAMETERS`, all read-only: read once, at start):
@@ -51,8 +50,8 @@ from sysid_ros.io.errors import InputError
 from sysid_ros.io.problem import build_problem
 from sysid_ros.io.simulated_robot import SimulatedRobot, SimulatedRobotSettings, Tick
 from sysid_ros.ros import messages, qos
-from sysid_ros.ros.interfaces import (PUBLISHER, SERVICE, SUBSCRIPTION, Endpoint,
-                                      NodeParameter, create)
+from sysid_ros.ros.interfaces import (create, Endpoint, NodeParameter, PUBLISHER, SERVICE,
+                                      SUBSCRIPTION)
 
 __all__ = ['NODE_NAME', 'ENDPOINTS', 'PARAMETERS', 'MAX_TICK_RATE', 'MAX_LAG', 'SimRobot',
            'main']
@@ -93,7 +92,7 @@ DROP_PAYLOAD = Endpoint(
     'remove the payload from the ground truth (fails if none is held)')
 TRAJECTORY = Endpoint(
     '{trajectory_topic}', JointTrajectory, SUBSCRIPTION,
-    'a trajectory to follow from its arrival under computed-torque control (the points\' '
+    "a trajectory to follow from its arrival under computed-torque control (the points' "
     'times from the header stamp); if `trajectory_topic` is set', 10)
 ENDPOINTS = (JOINT_STATES, TORQUE_COMMANDS, MOCAP_POSE, GROUND_TRUTH, PICK_UP_PAYLOAD,
              DROP_PAYLOAD, TRAJECTORY)
@@ -135,7 +134,7 @@ PARAMETERS = (
     NodeParameter('payload_link', _SIM['payload_link'], 'link that picks up the payload '
                   '(empty: the last one)'),
     NodeParameter('payload_position', [0.0], 'payload position in the link frame [m] (3 '
-                  'numbers; one number or empty: the link\'s centre of mass)'),
+                  "numbers; one number or empty: the link's centre of mass)"),
     NodeParameter('payload_inertia', [0.0], 'payload inertia about its centre of mass in '
                   'link axes: ixx, ixy, ixz, iyy, iyz, izz [kg m^2] (one number or empty: a '
                   'point mass)'),

@@ -1,4 +1,4 @@
-"""`trajectory_publisher`: sends a designed trajectory (`sysid excite`'s trajectory.yaml) to a
+r"""`trajectory_publisher`: sends a designed trajectory (`sysid excite`'s trajectory.yaml) to a
 `joint_trajectory_controller`, after checking it against the robot's limits.
 
     ros2 run sysid_ros trajectory_publisher --ros-args -p config:=config/panda.yaml \
@@ -16,15 +16,7 @@ trajectory_msgs/JointTrajectory stamped 0 (the controller starts it on arrival) 
 positions, velocities and accelerations, and exits (status 3, nothing published, if fewer
 subscribers came).
 
-Parameters (read once, at start):
-  config (string): the problem configuration (robot, limits, actuator) (required).
-  trajectory (string): the JointTrajectory YAML (required).
-  prior (string): estimate.yaml whose means are the design point of the effort check, as
-    `sysid excite --prior` (empty: the configuration's).
-  topic (string, /joint_trajectory_controller/joint_trajectory): where to publish.
-  dry_run (bool, false): check only.
-  subscribers (int, 1): subscribers to wait for (e.g. the controller and a recorder).
-  wait_timeout (double, 10.0): longest wait for them [s].
+Parameters (`PARAMETERS`) are read once, at start; the topic is `TRAJECTORY`.
 """
 
 from __future__ import annotations
@@ -39,37 +31,53 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from trajectory_msgs.msg import JointTrajectory
 
-from sysid_ros.io import excitation, pipeline
+from sysid_ros.io import excitation
 from sysid_ros.io.errors import InputError
+from sysid_ros.io.problem import build_problem
 from sysid_ros.ros import messages
+from sysid_ros.ros.interfaces import create, Endpoint, NodeParameter, PUBLISHER
 
-__all__ = ['TrajectoryPublisher', 'main', 'REFUSED', 'NO_SUBSCRIBER']
+__all__ = ['NODE_NAME', 'ENDPOINTS', 'PARAMETERS', 'TrajectoryPublisher', 'main', 'REFUSED',
+           'NO_SUBSCRIBER']
 
+NODE_NAME = 'trajectory_publisher'
 REFUSED = 1                 # exit status: a limit is violated, nothing was published
 NO_SUBSCRIBER = 3           # exit status: too few subscribers within wait_timeout
+
+PARAMETERS = (
+    NodeParameter('config', '', 'problem configuration YAML (robot, limits, actuator); '
+                  'required'),
+    NodeParameter('trajectory', '', 'JointTrajectory YAML to check and publish; required'),
+    NodeParameter('prior', '', 'estimate.yaml whose means are the design point of the effort '
+                  "check, as sysid excite --prior (empty: the configuration's)"),
+    NodeParameter('topic', '/joint_trajectory_controller/joint_trajectory',
+                  'trajectory_msgs/JointTrajectory topic of the controller'),
+    NodeParameter('dry_run', False, 'check the limits only, publish nothing'),
+    NodeParameter('subscribers', 1, 'subscribers to wait for before publishing (e.g. the '
+                  'controller and a recorder)'),
+    NodeParameter('wait_timeout', 10.0, 'longest wait for the subscribers [s]'),
+)
+TRAJECTORY = Endpoint(
+    '{topic}', JointTrajectory, PUBLISHER,
+    'the trajectory, once, stamped 0 (the controller starts it on arrival), with positions, '
+    'velocities and accelerations; reliable, volatile, as a joint_trajectory_controller '
+    'subscribes', QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE))
+ENDPOINTS = (TRAJECTORY,)
 
 
 class TrajectoryPublisher(Node):
     """Checks a trajectory file against the limits and publishes it once (module doc)."""
 
     def __init__(self, **kwargs):
-        super().__init__('trajectory_publisher', **kwargs)
-        specs = (('config', '', 'problem configuration YAML (robot, limits, actuator)'),
-                 ('trajectory', '', 'JointTrajectory YAML to check and publish'),
-                 ('prior', '', 'estimate.yaml: design point of the effort check'),
-                 ('topic', '/joint_trajectory_controller/joint_trajectory',
-                  'trajectory_msgs/JointTrajectory topic of the controller'),
-                 ('dry_run', False, 'check the limits only, publish nothing'),
-                 ('subscribers', 1, 'subscribers to wait for before publishing'),
-                 ('wait_timeout', 10.0, 'longest wait for the subscribers [s]'))
-        for name, default, description in specs:
+        super().__init__(NODE_NAME, **kwargs)
+        for name, default, description, _ in PARAMETERS:
             self.declare_parameter(name, default, ParameterDescriptor(
                 description=description, read_only=True))
-        value = {name: self.get_parameter(name).value for name, _, _ in specs}
+        value = {p.name: self.get_parameter(p.name).value for p in PARAMETERS}
         for name in ('config', 'trajectory'):
             if not value[name]:
                 raise InputError(f'parameter {name}: expected a file (-p {name}:=PATH)')
-        self._problem = pipeline.build_problem(value['config'])
+        self._problem = build_problem(value['config'])
         self._trajectory = excitation.load_joint_trajectory(value['trajectory'])
         self._prior = value['prior'] or None
         self._topic = value['topic']
@@ -94,9 +102,7 @@ class TrajectoryPublisher(Node):
         if self._dry_run:
             log.info('dry run: nothing published')
             return 0
-        publisher = self.create_publisher(
-            JointTrajectory, self._topic,
-            QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE))
+        publisher = create(self, TRAJECTORY, topic=self._topic)
         deadline = time.monotonic() + self._wait_timeout
         while publisher.get_subscription_count() < self._subscribers:
             if time.monotonic() > deadline:

@@ -68,8 +68,8 @@ def test_ticks_are_seeded_timed_and_shaped(robot):
             np.testing.assert_array_equal(x, y)
     nv, batch = robot.nv, robot.batch
     tick = ticks[1]
-    assert tick.q.shape == tick.qd.shape == tick.effort.shape == tick.command.shape == (batch,
-                                                                                         nv)
+    shape = (batch, nv)
+    assert tick.q.shape == tick.qd.shape == tick.effort.shape == tick.command.shape == shape
     assert tick.start == pytest.approx(batch / RATE)
     np.testing.assert_allclose(tick.t, (batch + np.arange(1, batch + 1)) / RATE)
     assert a.ticks == 4 and a.time == pytest.approx(4 * batch / RATE)
@@ -128,8 +128,8 @@ def test_ground_truth_is_a_seeded_consistent_perturbation():
     _, com_nominal, _ = inertia.physical_from_inertial(nominal.inertial)
     np.testing.assert_allclose(com_true, com_nominal, atol=1e-12)
     nonzero = np.asarray(nominal.inertial) != 0.0
-    row_ratio = np.where(nonzero, np.asarray(truth.inertial) / np.where(nonzero, nominal.inertial,
-                                                                          1.0), ratio[:, None])
+    divisor = np.where(nonzero, nominal.inertial, 1.0)
+    row_ratio = np.where(nonzero, np.asarray(truth.inertial) / divisor, ratio[:, None])
     np.testing.assert_allclose(row_ratio, np.broadcast_to(ratio[:, None], row_ratio.shape))
     assert np.all(np.asarray(inertia.is_physically_consistent(truth.inertial)))
     # Nominal damping 0: the truth draws 0.1 * U(0.5, 1.5).

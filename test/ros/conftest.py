@@ -46,8 +46,8 @@ class NodeProcess(node_process.NodeProcess):
 
 @pytest.fixture(scope='module')
 def start_node(tmp_path_factory):
-    """`start_node(module, *ros_args) -> NodeProcess`; every process is killed at the end of
-    the module, whatever happened."""
+    """A function `(module, *ros_args) -> NodeProcess` that starts a node process; every
+    process is killed at the end of the module, whatever happened."""
     started = []
 
     def start(module, *ros_args):

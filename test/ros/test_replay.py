@@ -7,8 +7,8 @@ again is a jump back in time: the window buffer is cleared (counted in the diagn
 the estimates go on from the second replay.
 """
 
-import pytest
 from diagnostic_msgs.msg import DiagnosticArray
+import pytest
 
 from sysid_ros.io import bag_writer, pipeline
 from sysid_ros.ros.estimate_client import EstimateClient

@@ -3,7 +3,6 @@ real DDS (loopback): the dry run refuses a trajectory that breaks a limit and pu
 nothing; a trajectory within the limits reaches a joint_trajectory_controller's topic with
 its accelerations, and `sim_robot` (following that topic) moves along it."""
 
-import time
 
 import numpy as np
 import pytest
