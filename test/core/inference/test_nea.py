@@ -1,16 +1,7 @@
-"""DiffNEA and NEA recover known parameters from noisy simulated data, and every returned
+"""NEA (`kernels.nea`) and its consistent least squares recover known parameters from noisy
+simulated data (`point_problems`; a Panda, 7 DoF from example-robot-data: masses of links 5-7
+with known COMs and all seven dampings, on an analytic excitation), and every returned
 parameter set is physically consistent.
-
-Double pendulum (builder rods, swinging about y): the identifiable set is both masses (COMs
-along the rods known), link 2's COM offset across the rod, the inertia about the joint axis
-(iyy) of both links and both joint dampings. Both links' six inertia entries are free, so
-DiffNEA learns them through its virtual parameters; the other five entries are invisible to
-planar motion and only have to stay consistent. Panda (7 DoF, example-robot-data): masses of
-links 5-7 with known COMs and all seven dampings, by NEA on an analytic excitation.
-
-Tolerances: 5 % relative (damping and inertia), 2 % for masses, 2 mm for the COM offset, with
-sensor noise 1e-3 on q [rad] and qd [rad/s]. The errors measured when these tests were written
-are in the report; they are well inside these bounds.
 """
 
 import functools
@@ -18,223 +9,23 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
+from point_problems import (DT, INERTIA, MODEL, NOISE, NOMINAL, REGRESSOR_DATA, SPEC,
+                            THETA_GUESS, check_recovery, consistent, simulate)
 from sysid_ros.core.dynamics import actuators
-from sysid_ros.core.model import builders
 from sysid_ros.core.dynamics import rigid_body
-from sysid_ros.core.inference import consistency
-from sysid_ros.core.inference.kernels import diffnea, nea
-from sysid_ros.core.dynamics import integrators
-from sysid_ros.core.likelihoods import losses
-from sysid_ros.core.model import parameters
-from sysid_ros.core.inference.base import Kernel
-from sysid_ros.core.inference.particles import initial_particles
-from sysid_ros.core.inference.kernels.diffnea import DiffNEAInfo, DiffNEAState
+from sysid_ros.core.inference.kernels import nea
 from sysid_ros.core.inference.kernels.nea import NEAInfo
-
-DT = 0.005                  # 200 Hz
-DURATION = 8.0              # [s]
-NOISE = 1e-3
-INTEGRATOR = 'semi_implicit_euler'
-HORIZON = 25
-ITERATIONS = 400
-
-MODEL, NOMINAL = builders.double_pendulum()
-INERTIA = parameters.INERTIA_ATTRIBUTES
-ENTRIES = {
-    'link1.mass': (0.1, 5.0),
-    **{f'link1.{a}': (-0.5, 0.5) if a[-2] != a[-1] else (0.0, 2.0) for a in INERTIA},
-    'link2.mass': (0.1, 5.0),
-    'link2.com.x': (-0.2, 0.2),
-    **{f'link2.{a}': (-0.5, 0.5) if a[-2] != a[-1] else (0.0, 2.0) for a in INERTIA},
-    'joint1.damping': (0.0, 1.0),
-    'joint2.damping': (0.0, 1.0),
-}
-SPEC = parameters.make_parameter_spec(MODEL, ENTRIES)
-IDENTIFIABLE = {'link1.mass': 0.02, 'link2.mass': 0.02, 'link1.inertia.iyy': 0.05,
-                'link2.inertia.iyy': 0.05, 'joint1.damping': 0.05, 'joint2.damping': 0.05}
-COM_TOLERANCE = 2e-3        # [m]
-
-_rollout = jax.jit(integrators.rollout, static_argnames=('integrator', 'actuator', 'substeps'))
-_regressor_data = jax.jit(nea.make_regressor_data, static_argnums=0)
-
-
-def _truth():
-    theta = np.asarray(SPEC.from_params(NOMINAL)).copy()
-    theta[SPEC.index('link2.com.x')] = 0.04
-    theta[SPEC.index('joint1.damping')] = 0.15
-    theta[SPEC.index('joint2.damping')] = 0.08
-    return theta
-
-
-THETA_TRUE = _truth()
-TRUE = SPEC.to_params(jnp.asarray(THETA_TRUE), NOMINAL)
-
-
-def _guess(theta):
-    """The initial guess: masses and iyy off by 20-30 %, damping by a factor 2, COM by 6 cm."""
-    guess = theta.copy()
-    for name, factor in (('link1.mass', 1.3), ('link2.mass', 0.75), ('link1.inertia.iyy', 1.25),
-                         ('link2.inertia.iyy', 0.8), ('joint1.damping', 2.0),
-                         ('joint2.damping', 0.5)):
-        guess[SPEC.index(name)] *= factor
-    guess[SPEC.index('link2.com.x')] -= 0.06
-    return guess
-
-
-THETA_GUESS = _guess(THETA_TRUE)
-
-
-def _excitation(t, scale, seed):
-    rng = np.random.default_rng(seed)
-    freq, phase = rng.uniform(0.1, 1.0, (5, 2)), rng.uniform(0, 2 * np.pi, (5, 2))
-    amp = rng.uniform(0.5, 1.0, (5, 2))
-    amp = amp / amp.sum(0) * scale
-    return np.sum(amp * np.sin(2 * np.pi * freq * t[:, None, None] + phase), axis=1)
-
-
-def _simulate(integrator):
-    """Noisy (q, qd, tau) of the true double pendulum, (T, 2) each."""
-    num = int(DURATION / DT)
-    controls = _excitation(np.arange(num) * DT, np.array([14.0, 3.0]), seed=3)
-    states = np.asarray(_rollout(MODEL, TRUE, jnp.zeros(4), jnp.asarray(controls), DT,
-                                 integrator=integrator, actuator='viscous'))
-    assert np.all(np.isfinite(states))
-    rng = np.random.default_rng(4)
-    states = states + rng.normal(0.0, NOISE, states.shape)
-    tau = np.concatenate([controls, controls[-1:]])
-    return states[:, :2], states[:, 2:], tau
-
-
-@pytest.fixture(scope='module')
-def measured():
-    """Data of the integrator that DiffNEA's loss uses (semi-implicit Euler: fast to compile)."""
-    return _simulate(INTEGRATOR)
+from sysid_ros.core.model import parameters
 
 
 @pytest.fixture(scope='module')
 def measured_rk4():
     """Data close to the continuous-time dynamics that NEA's regression assumes. (A first-order
     integrator's own error acts like extra joint damping and would bias NEA.)"""
-    return _simulate('rk4')
+    return simulate('rk4')
 
-
-def _check_recovery(theta):
-    theta = np.asarray(theta)
-    errors = {}
-    for name, tol in IDENTIFIABLE.items():
-        k = SPEC.index(name)
-        errors[name] = (theta[k] - THETA_TRUE[k]) / THETA_TRUE[k]
-        assert abs(errors[name]) < tol, (name, theta[k], THETA_TRUE[k])
-    k = SPEC.index('link2.com.x')
-    errors['link2.com.x'] = theta[k] - THETA_TRUE[k]
-    assert abs(errors['link2.com.x']) < COM_TOLERANCE
-    return errors
-
-
-def _block():
-    return np.asarray([a.startswith('inertia.') for a in SPEC.attributes])
-
-
-_all_consistent = jax.jit(jax.vmap(lambda theta: SPEC.is_consistent(theta, NOMINAL)))
-
-
-def _consistent(theta):
-    """Whether every row of theta (M,) or (K, M) is physically consistent."""
-    return bool(np.all(_all_consistent(jnp.atleast_2d(jnp.asarray(theta)))))
-
-
-@pytest.fixture(scope='module')
-def diffnea_run(measured):
-    q, qd, tau = measured
-    segments = losses.make_segments([q], [qd], [tau], HORIZON)
-    loss_fn = losses.make_loss_fn(MODEL, 'rollout', DT, integrator=INTEGRATOR)
-    optimizer = optax.adam(optax.cosine_decay_schedule(0.05, ITERATIONS, alpha=0.01))
-    est = diffnea.build_kernel(NOMINAL, SPEC, loss_fn, optimizer)
-    step = jax.jit(est.step)
-    state = est.init(jax.random.PRNGKey(0), jnp.asarray(THETA_GUESS), segments)
-    states, infos = [state], []
-    for _ in range(ITERATIONS):
-        state, info = step(state, segments)
-        states.append(state)
-        infos.append(info)
-    return est, step, segments, states, infos
-
-
-def test_diffnea_recovers_double_pendulum(diffnea_run):
-    _, _, _, states, infos = diffnea_run
-    final = states[-1]
-    assert final.theta.shape == (1, SPEC.num_params)
-    errors = _check_recovery(final.theta[0])
-    print('DiffNEA errors:', {k: f'{v:+.2e}' for k, v in errors.items()})
-    losses_ = np.array([float(i.loss[0]) for i in infos])
-    assert losses_[-1] < 1e-2 * losses_[0]
-    assert int(final.iteration) == ITERATIONS
-    # Consistent by construction: every iterate, not only the last.
-    assert _consistent(np.stack([np.asarray(s.theta[0]) for s in states]))
-    assert all(int(i.num_nonfinite) == 0 for i in infos)
-
-
-def test_diffnea_state_and_info_types(diffnea_run):
-    est, _, _, states, infos = diffnea_run
-    assert isinstance(est, Kernel)
-    assert isinstance(states[0], DiffNEAState)
-    assert isinstance(infos[0], DiffNEAInfo)
-    assert infos[0].loss.shape == (1,) and infos[0].grad_norm.shape == (1,)
-    # The non-inertia entries stay within their bounds on every iterate.
-    plain = ~_block()
-    thetas = np.stack([np.asarray(s.theta[0]) for s in states])[:, plain]
-    lower, upper = np.asarray(SPEC.lower_bounds)[plain], np.asarray(SPEC.upper_bounds)[plain]
-    assert np.all((thetas >= lower) & (thetas <= upper))
-
-
-def test_diffnea_skips_nonfinite_data(diffnea_run):
-    _, step, segments, states, _ = diffnea_run
-    bad = segments._replace(targets=segments.targets.at[0, 0, 0].set(jnp.nan))
-    state = states[5]
-    new, info = step(state, bad)
-    assert int(info.num_nonfinite) == 1
-    np.testing.assert_array_equal(new.theta, state.theta)
-    assert int(new.iteration) == int(state.iteration) + 1
-
-
-def test_diffnea_particles_forward_mode_and_init_forms():
-    """Several restarts; forward-mode gradients equal reverse-mode ones (single pendulum)."""
-    model, params = builders.chain(1, lengths=0.5, masses=0.8, damping=0.05)
-    spec = parameters.make_parameter_spec(model, {'link1.mass': (0.1, 2.0),
-                                                  'joint1.damping': (0.0, 1.0)})
-    t = np.arange(60) * 0.01
-    controls = np.sin(2 * np.pi * t)[:, None]
-    states = np.asarray(_rollout(model, params, jnp.array([0.2, 0.0]), jnp.asarray(controls),
-                                 0.01, integrator=INTEGRATOR, actuator='viscous'))
-    tau = np.concatenate([controls, controls[-1:]])
-    seg = losses.make_segments([states[:, :1]], [states[:, 1:]], [tau], 5)
-    loss_fn = losses.make_loss_fn(model, 'one_step', 0.01, integrator=INTEGRATOR)
-    grads = {}
-    for mode in ('reverse', 'forward'):
-        est = diffnea.build_kernel(params, spec, loss_fn, optax.sgd(0.0),
-                                   grad_mode=mode)
-        state = jax.jit(est.init)(None, initial_particles(spec, params, 4, seed=1), seg)
-        assert state.theta.shape == (4, 2)
-        np.testing.assert_allclose(state.theta[0], spec.from_params(params), rtol=1e-12)
-        assert np.all(np.asarray(spec.within_bounds(state.theta)))
-        _, info = jax.jit(est.step)(state, seg)
-        grads[mode] = np.asarray(info.grad_norm)
-    np.testing.assert_allclose(grads['forward'], grads['reverse'], rtol=1e-8)
-    est = diffnea.build_kernel(params, spec, loss_fn, optax.sgd(0.1))
-    init = jax.jit(est.init)
-    assert init(None, jnp.ones((3, 2)) * 0.5, seg).theta.shape == (3, 2)
-    np.testing.assert_allclose(init(None, spec.from_params(params), seg).theta[0],
-                               spec.from_params(params))
-    with pytest.raises(ValueError, match='grad_mode'):
-        diffnea.build_kernel(params, spec, loss_fn, optax.sgd(0.1), grad_mode='x')
-
-
-# ------------------------------------------------------------------------------------------
-# NEA
-# ------------------------------------------------------------------------------------------
 
 def _regression_samples(q, qd, tau, dt, edge=5):
     """Savitzky-Golay q, qd, qdd and the torque acting around each sample (the mean of the
@@ -250,7 +41,7 @@ def _regression_samples(q, qd, tau, dt, edge=5):
 
 def _nea_fit(model, base, spec, q, qd, qdd, tau, theta0, steps=10, actuator='viscous'):
     est = nea.build_kernel(model, base, spec, actuator)
-    data = _regressor_data(model, base, q, qd, qdd, tau)
+    data = REGRESSOR_DATA(model, base, q, qd, qdd, tau)
     step = jax.jit(est.step)
     if theta0 is None:
         theta0 = spec.initial_theta(base)
@@ -270,9 +61,9 @@ def test_nea_recovers_double_pendulum(measured_rk4):
     assert isinstance(infos[0], NEAInfo)
     assert int(infos[-1].rank[0]) == 7            # the seven identifiable parameters
     assert len(infos) <= 10 and float(infos[-1].step_norm[0]) < 1e-8
-    errors = _check_recovery(state.theta[0])
+    errors = check_recovery(state.theta[0])
     print('NEA errors:', {k: f'{v:+.2e}' for k, v in errors.items()})
-    assert _consistent(state.theta[0])
+    assert consistent(state.theta[0])
     # The unidentifiable inertia entries keep their (minimum-norm) initial values, up to the
     # consistency projection that makes room for the new iyy.
     k = SPEC.index('link1.inertia.ixy')
@@ -306,7 +97,7 @@ def test_nea_recovers_joint_offsets():
     np.testing.assert_allclose(estimate, theta_true, rtol=0.01, atol=2e-3)
     refine = jax.jit(nea.make_consistent_ls(MODEL, NOMINAL, spec,
                                             'coulomb_viscous'))
-    data = _regressor_data(MODEL, NOMINAL, q, qd, qdd, tau)
+    data = REGRESSOR_DATA(MODEL, NOMINAL, q, qd, qdd, tau)
     refined, _ = refine(spec.initial_theta(NOMINAL)[None], data)
     np.testing.assert_allclose(refined[0], estimate, atol=1e-6)
 
@@ -330,21 +121,6 @@ def test_nea_projection_of_an_inconsistent_raw_solution():
     assert projected[0] == pytest.approx(ixx + izz, rel=1e-4)     # on the boundary
     assert projected[1] == pytest.approx(1.0, rel=1e-8)
 
-
-def test_project_consistent_handles_bounds_blocks_and_anchor():
-    lower, upper = np.asarray(SPEC.lower), np.asarray(SPEC.upper)
-    raw = THETA_TRUE.copy()
-    raw[SPEC.index('link1.mass')] = 9.0                            # above its bound
-    raw[SPEC.index('link2.inertia.iyy')] = 0.2                     # breaks the triangle
-    raw[SPEC.index('joint1.damping')] = -0.3                       # below its bound
-    project = jax.jit(lambda t, a: consistency.project_consistent(SPEC, NOMINAL, t, a))
-    out = np.asarray(project(jnp.asarray(raw), jnp.asarray(THETA_TRUE)))
-    assert out[SPEC.index('link1.mass')] == 5.0
-    assert out[SPEC.index('joint1.damping')] == 0.0
-    assert out[SPEC.index('link2.inertia.iyy')] == pytest.approx(0.2, rel=1e-9)  # kept
-    assert _consistent(out)
-    plain = ~_block()
-    assert np.all((out[plain] >= lower[plain]) & (out[plain] <= upper[plain]))
 
 
 def test_consistent_ls_fixes_an_inconsistent_nea_solution():
@@ -374,7 +150,7 @@ def test_consistent_ls_fixes_an_inconsistent_nea_solution():
     state, infos = _nea_fit(MODEL, NOMINAL, spec, q, qd, qdd, tau, None)
     assert not bool(infos[-1].raw_consistent[0])
 
-    data = _regressor_data(MODEL, NOMINAL, q, qd, qdd, tau)
+    data = REGRESSOR_DATA(MODEL, NOMINAL, q, qd, qdd, tau)
     residual = nea._theta_residual(MODEL, NOMINAL, spec, 'viscous')
 
     def loss(theta):
@@ -465,7 +241,7 @@ def test_nea_recovers_panda_masses_and_damping(panda):
     assert bool(spec.is_consistent(jnp.asarray(est), nominal))
 
 
+
 def test_all_names_importable():
-    for module in (diffnea, nea, consistency):
-        for name in module.__all__:
-            assert hasattr(module, name), name
+    for name in nea.__all__:
+        assert hasattr(nea, name), name
