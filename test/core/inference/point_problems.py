@@ -40,7 +40,7 @@ IDENTIFIABLE = {'link1.mass': 0.02, 'link2.mass': 0.02, 'link1.inertia.iyy': 0.0
 COM_TOLERANCE = 2e-3        # [m]
 
 ROLLOUT = jax.jit(integrators.rollout, static_argnames=('integrator', 'actuator', 'substeps'))
-REGRESSOR_DATA = jax.jit(nea.makeREGRESSOR_DATA, static_argnums=0)
+REGRESSOR_DATA = jax.jit(nea.make_regressor_data, static_argnums=0)
 
 
 def truth_theta():
