@@ -145,7 +145,8 @@ DIAGNOSTICS = Endpoint(
     'inference is slower than the hop or the last window diverged); with a push target, the '
     'push (WARN when the controller rejected the last push)', 10)
 RESET = Endpoint('~/reset', Trigger, SERVICE, 'posterior back to its start')
-SAVE = Endpoint('~/save', Trigger, SERVICE, 'write the posterior to online.save_path')
+SAVE = Endpoint('~/save', Trigger, SERVICE,
+                'write the posterior to online.save_path (online.warm_start starts from it)')
 PAUSE_PUSH = Endpoint('~/pause_push', SetBool, SERVICE,
                       'true: pause the push, false: resume it')
 ENDPOINTS = (JOINT_STATES, TORQUE_COMMANDS, MOCAP_POSES, ROBOT_DESCRIPTION_IN, ESTIMATE,

@@ -248,29 +248,7 @@ def run(settings: DemoSettings, names: Sequence[str],
     print(f'{len(history)} estimates in {history[-1][0] - history[0][0]:.0f} s; first after '
           f'{history[0][0] - t0:.1f} s of data; tolerance {settings.tolerance:g} of each '
           f'bounds width', file=out)
-    result = None
-    for k, (start, truth, estimates) in enumerate(_phases(history, truths)):
-        what = 'from the first measurement' if k == 0 else _change(truths[k - 1][1], truth)
-        print(f'\nphase {k + 1}, t = {start - t0:.1f} s: {what}', file=out)
-        if not estimates:
-            print('  no estimate', file=out)
-            continue
-        print(_table(names, truth, estimates[-1][1], bounds, settings.tolerance), file=out)
-        if k > 0:
-            changed = {n: bounds[n] for n in names if truth[n] != truths[k - 1][1][n]}
-            followed = convergence([(t - start, e) for t, e in estimates], truth, changed,
-                                   settings.tolerance)
-            print(f'followed ({", ".join(changed)} within tolerance) ' + (
-                f'{followed.time:.1f} s after the change' if followed.converged
-                else 'NOT within the phase'), file=out)
-        result = convergence([(t - start, e) for t, e in estimates], truth,
-                             {n: bounds[n] for n in _scored(names, truth)}, settings.tolerance)
-        if result.converged:
-            print(f'converged {result.time:.1f} s after the start of the phase', file=out)
-        else:
-            worst = max(result.errors, key=result.errors.get)
-            print(f'NOT converged: {worst} is off by {result.errors[worst]:.3f} of its '
-                  f'bounds width', file=out)
+    result = _report_phases(history, truths, names, bounds, settings.tolerance, out)
     converged = result is not None and result.converged
     print(f'\n{"converged" if converged else "NOT converged"}: the last estimate against the '
           f'truth; wall time {time.monotonic() - started:.0f} s (the estimator active after '
@@ -278,6 +256,36 @@ def run(settings: DemoSettings, names: Sequence[str],
     if saved_status != EXIT_CONVERGED:
         return saved_status
     return EXIT_CONVERGED if converged else EXIT_NOT_CONVERGED
+
+
+def _report_phases(history, truths, names, bounds, tolerance, out) -> Convergence | None:
+    """Print each phase of the truth: true vs estimated parameters, whether the estimate
+    followed the change and converged; returns the last phase's convergence (None: none)."""
+    t0 = truths[0][0]
+    result = None
+    for k, (start, truth, estimates) in enumerate(_phases(history, truths)):
+        what = 'from the first measurement' if k == 0 else _change(truths[k - 1][1], truth)
+        print(f'\nphase {k + 1}, t = {start - t0:.1f} s: {what}', file=out)
+        if not estimates:
+            print('  no estimate', file=out)
+            continue
+        print(_table(names, truth, estimates[-1][1], bounds, tolerance), file=out)
+        if k > 0:
+            changed = {n: bounds[n] for n in names if truth[n] != truths[k - 1][1][n]}
+            followed = convergence([(t - start, e) for t, e in estimates], truth, changed,
+                                   tolerance)
+            print(f'followed ({", ".join(changed)} within tolerance) ' + (
+                f'{followed.time:.1f} s after the change' if followed.converged
+                else 'NOT within the phase'), file=out)
+        result = convergence([(t - start, e) for t, e in estimates], truth,
+                             {n: bounds[n] for n in _scored(names, truth)}, tolerance)
+        if result.converged:
+            print(f'converged {result.time:.1f} s after the start of the phase', file=out)
+        else:
+            worst = max(result.errors, key=result.errors.get)
+            print(f'NOT converged: {worst} is off by {result.errors[worst]:.3f} of its '
+                  f'bounds width', file=out)
+    return result
 
 
 def _progress(latest, truths, names, bounds, tolerance, out) -> None:
