@@ -19,17 +19,17 @@ from sysid_ros.core.dynamics.kinematics import forward_kinematics
 from sysid_ros.core.dynamics.rigid_body import aba, crba, regressor, rnea
 from sysid_ros.core.inference.base import (Estimator, GaussianPrior, Kernel, KernelData,
                                            StepInfo)
-from sysid_ros.core.inference.methods import (Options, Target, make_cem, make_csvgd,
-                                              make_diffnea, make_emcee, make_nea, make_nuts,
-                                              make_sgld, make_svgd)
+from sysid_ros.core.inference.methods import (make_cem, make_csvgd, make_diffnea, make_emcee,
+                                              make_nea, make_nuts, make_sgld, make_svgd,
+                                              Options, Target)
 from sysid_ros.core.inference.particles import initial_particles, sobol_particles
-from sysid_ros.core.inference.registry import METHODS, make_estimator
-from sysid_ros.core.likelihoods.likelihood import (ShootingLikelihood, TrajectoryData,
-                                                   log_likelihood, make_shooting_likelihood,
-                                                   make_trajectory_data)
+from sysid_ros.core.inference.registry import make_estimator, METHODS
+from sysid_ros.core.likelihoods.likelihood import (log_likelihood, make_shooting_likelihood,
+                                                   make_trajectory_data, ShootingLikelihood,
+                                                   TrajectoryData)
 from sysid_ros.core.model.builders import BUILDERS
 from sysid_ros.core.model.edits import add_point_mass, perturb_params
-from sysid_ros.core.model.parameters import ParameterSpec, make_parameter_spec
+from sysid_ros.core.model.parameters import make_parameter_spec, ParameterSpec
 from sysid_ros.core.model.types import Params, RobotModel
 
 __all__ = [

@@ -79,6 +79,7 @@ NEA_TOLERANCE = 1e-9
 NEA_REFINE_ITERATIONS = 100
 NEA_REFINE_MARGIN = 0.01
 
+
 class Target(NamedTuple):
     """What is identified, and the model the data are compared with.
 
@@ -318,7 +319,7 @@ def make_nuts(target: Target, options: Options) -> Estimator:
 
     def kernel_at(step_size, inverse_mass_matrix):
         return nuts.build_kernel(log_prob, step_size, inverse_mass_matrix,
-                                  options.num_particles, max_num_doublings=NUTS_MAX_DOUBLINGS)
+                                 options.num_particles, max_num_doublings=NUTS_MAX_DOUBLINGS)
 
     # The step reads the step size and mass matrix from the state, not from the factory.
     kernel_step = kernel_at(1.0, np.ones(1)).step

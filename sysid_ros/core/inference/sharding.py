@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+import numpy as np
 
 __all__ = ['PARTICLE_AXIS', 'particle_mesh', 'shard_particles', 'replicate', 'resolve_mesh',
            'place_chains']

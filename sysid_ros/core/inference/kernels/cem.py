@@ -204,8 +204,8 @@ def build_kernel(log_prob_fn: Callable, num_samples: int, num_elites: int,
         reg_covar < 0.
     """
     if weighting not in ('importance', 'uniform'):
-        raise ValueError(f"cem: weighting: expected 'importance' or 'uniform', got "
-                         f"{weighting!r}")
+        raise ValueError("cem: weighting: expected 'importance' or 'uniform', got "
+                         + repr(weighting))
     num_samples = check_count('cem', 'num_samples', num_samples)
     num_components = check_count('cem', 'num_components', num_components)
     num_elites = check_count('cem', 'num_elites', num_elites, minimum=num_components)

@@ -150,7 +150,10 @@ def make_regressor_data(model: RobotModel, params: Params, q, qd, qdd, tau) -> R
     Args:
       model: static tree.
       params: Params whose placements are used.
-      q, qd, qdd, tau: (N, nv) samples.
+      q: (N, nv) joint positions.
+      qd: (N, nv) joint velocities.
+      qdd: (N, nv) joint accelerations.
+      tau: (N, nv) measured commanded torques.
     """
     q, qd, qdd, tau = (jnp.asarray(a) for a in (q, qd, qdd, tau))
     regressor = jax.vmap(lambda a, b, c: rigid_body.regressor(model, params, a, b, c))(q, qd, qdd)
