@@ -72,7 +72,7 @@ def type_name(msg_type: type) -> str:
 
 def create(node: Node, endpoint: Endpoint, callback: Callable | None = None,
            lifecycle: bool = False, msg_type: type | None = None,
-           qos: QoSProfile | int | None = None, **names: Any) -> Any:
+           qos: QoSProfile | int | None = None, raw: bool = False, **names: Any) -> Any:
     """Create `endpoint` on `node`.
 
     Args:
@@ -82,6 +82,7 @@ def create(node: Node, endpoint: Endpoint, callback: Callable | None = None,
       lifecycle: make a publisher a lifecycle publisher (it publishes only while active).
       msg_type: the type of an endpoint whose type a recording sets.
       qos: the profile of an endpoint whose profile a recording sets.
+      raw: a subscription's callback receives the serialised message (bytes).
       **names: the values of the placeholders in `endpoint.name`.
 
     Returns:
@@ -96,7 +97,7 @@ def create(node: Node, endpoint: Endpoint, callback: Callable | None = None,
         make = node.create_lifecycle_publisher if lifecycle else node.create_publisher
         return make(msg_type, name, qos, **options)
     if endpoint.kind == SUBSCRIPTION:
-        return node.create_subscription(msg_type, name, callback, qos, **options)
+        return node.create_subscription(msg_type, name, callback, qos, raw=raw, **options)
     if endpoint.kind == SERVICE:
         return node.create_service(msg_type, name, callback)
     return node.create_client(msg_type, name)

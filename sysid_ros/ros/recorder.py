@@ -28,32 +28,41 @@ from std_msgs.msg import Float64MultiArray
 from sysid_ros.io import bag_writer
 from sysid_ros.io.config import TORQUE_FROM_JOINT_STATES
 from sysid_ros.ros import qos
+from sysid_ros.ros.interfaces import create, Endpoint, SUBSCRIPTION, type_name
 
-__all__ = ['Recorder', 'record_topics', 'record']
+__all__ = ['NODE_NAME', 'ENDPOINTS', 'Recorder', 'record_topics', 'record']
 
+NODE_NAME = 'sysid_recorder'
 _QUEUE = 1000
 # How often the topics' publishers are looked up in the ROS graph [s].
 _DISCOVERY_PERIOD = 0.1
-_TYPES = {JointState: 'sensor_msgs/msg/JointState',
-          Float64MultiArray: 'std_msgs/msg/Float64MultiArray',
-          PoseStamped: 'geometry_msgs/msg/PoseStamped'}
+
+_RECORDED = ('; subscribed once a publisher appears, with the QoS its publishers offer, and '
+             'stored as received (serialised) under its receive time')
+JOINT_STATES = Endpoint('{topic}', JointState, SUBSCRIPTION,
+                        'data.joint_states_topic' + _RECORDED)
+TORQUE_COMMANDS = Endpoint('{topic}', Float64MultiArray, SUBSCRIPTION,
+                           'data.torque_source, where it names a topic' + _RECORDED)
+MOCAP_POSES = Endpoint('{topic}', PoseStamped, SUBSCRIPTION,
+                       'each entry of data.mocap_topics' + _RECORDED)
+ENDPOINTS = (JOINT_STATES, TORQUE_COMMANDS, MOCAP_POSES)
 
 
-def record_topics(data) -> dict[str, type]:
-    """{topic: message class} to record for a `DataConfig`."""
-    topics = {data.joint_states_topic: JointState}
+def record_topics(data) -> dict[str, Endpoint]:
+    """{topic: endpoint} to record for a `DataConfig`."""
+    topics = {data.joint_states_topic: JOINT_STATES}
     if data.torque_source != TORQUE_FROM_JOINT_STATES:
-        topics[data.torque_source] = Float64MultiArray
-    topics.update({topic: PoseStamped for topic in data.mocap_topics})
+        topics[data.torque_source] = TORQUE_COMMANDS
+    topics.update({topic: MOCAP_POSES for topic in data.mocap_topics})
     return topics
 
 
 class Recorder(Node):
-    """Subscribes `topics` ({name: message class}) as their publishers appear and writes what
-    arrives into `writer`."""
+    """Subscribes `topics` ({name: endpoint}, `record_topics`) as their publishers appear and
+    writes what arrives into `writer`."""
 
-    def __init__(self, writer, topics: dict[str, type]):
-        super().__init__('sysid_recorder')
+    def __init__(self, writer, topics: dict[str, Endpoint]):
+        super().__init__(NODE_NAME)
         from rosbags.typesys import get_typestore, Stores
 
         self._store = get_typestore(Stores.LATEST)
@@ -71,7 +80,7 @@ class Recorder(Node):
     def _subscribe_published(self) -> None:
         """Subscribe each topic that has publishers with the QoS they offer; a reliable
         subscription becomes best effort once any publisher is."""
-        for topic, cls in self.topics.items():
+        for topic, endpoint in self.topics.items():
             offered = qos.to_recording(self._publishers_of(topic))
             if not offered:
                 continue
@@ -84,14 +93,14 @@ class Recorder(Node):
                 self.get_logger().warning(f'{topic}: a best-effort publisher appeared; '
                                           'subscribing best effort')
                 self.destroy_subscription(subscription)
-            self._subscribed[topic] = self.create_subscription(
-                cls, topic, self._callback(topic), profile, raw=True)
+            self._subscribed[topic] = create(self, endpoint, self._callback(topic), qos=profile,
+                                             raw=True, topic=topic)
 
     def _callback(self, topic: str):
         def on_message(raw: bytes) -> None:
             if topic not in self._bag_connections:
                 self._bag_connections[topic] = self.writer.add_connection(
-                    topic, _TYPES[self.topics[topic]], typestore=self._store,
+                    topic, type_name(self.topics[topic].msg_type), typestore=self._store,
                     offered_qos_profiles=qos.to_recording(self._publishers_of(topic)))
             self.writer.write(self._bag_connections[topic], self.get_clock().now().nanoseconds,
                               raw)
