@@ -68,15 +68,15 @@ from typing import Callable, NamedTuple, Sequence
 
 import jax
 import numpy as np
-import yaml
 from scipy import stats
+import yaml
 
 from bench import heldout
 from sysid_ros.core.inference import intervals, registry
 from sysid_ros.io import config as config_io
 from sysid_ros.io import online, pipeline, simulation
-from sysid_ros.io.window_buffer import Window
 from sysid_ros.io.trajectory import Trajectory
+from sysid_ros.io.window_buffer import Window
 
 LEVELS = (0.5, 0.9, 0.95)
 RATE = 100.0                  # [Hz]

@@ -39,8 +39,10 @@ mostly on one core, so N = number of cores uses them all); batches smaller than 
 """
 
 import argparse
+import importlib.util
 import os
 import time
+import warnings
 
 
 def _parse_args():
@@ -58,19 +60,16 @@ if ARGS.devices > 1:
     os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                                f' --xla_force_host_platform_device_count={ARGS.devices}')
 
-import importlib.util  # noqa: E402
-import warnings  # noqa: E402
-
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from jax.sharding import Mesh, PartitionSpec  # noqa: E402
 import numpy as np  # noqa: E402
 import pinocchio as pin  # noqa: E402
-from jax.sharding import Mesh, PartitionSpec  # noqa: E402
 
-from sysid_ros.core.model import builders  # noqa: E402
-from sysid_ros.core.dynamics import rigid_body  # noqa: E402
-from sysid_ros.core.dynamics import integrators  # noqa: E402
 from bench import batched_dynamics  # noqa: E402
+from sysid_ros.core.dynamics import integrators  # noqa: E402
+from sysid_ros.core.dynamics import rigid_body  # noqa: E402
+from sysid_ros.core.model import builders  # noqa: E402
 from sysid_ros.io import model_io, urdf_export  # noqa: E402
 
 try:

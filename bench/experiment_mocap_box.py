@@ -73,13 +73,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from sysid_ros.core.dynamics import observations
 from sysid_ros.core.inference.base import KernelData
 from sysid_ros.core.inference.kernels import csvgd
 from sysid_ros.core.inference.particles import sobol_particles
-from sysid_ros.core.model import inertia
-from sysid_ros.core.dynamics import observations
-from sysid_ros.core.model import parameters
 from sysid_ros.core.likelihoods import likelihood as lk
+from sysid_ros.core.model import inertia
+from sysid_ros.core.model import parameters
 
 # -- the problem -----------------------------------------------------------------------------
 

@@ -24,8 +24,8 @@ import dataclasses
 import io
 import re
 import time
-import xml.etree.ElementTree as ET
 from typing import Callable, Sequence
+import xml.etree.ElementTree as ET
 
 import numpy as np
 

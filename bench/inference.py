@@ -51,9 +51,9 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bench import experiment_pendulum11 as exp2  # noqa: E402
-from sysid_ros.core.inference.particles import sobol_particles  # noqa: E402
 from sysid_ros.core.inference import registry  # noqa: E402
 from sysid_ros.core.inference.methods import Options, Target  # noqa: E402
+from sysid_ros.core.inference.particles import sobol_particles  # noqa: E402
 
 
 def _say(message):

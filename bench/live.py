@@ -45,12 +45,11 @@ os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
 os.environ['FASTDDS_DEFAULT_PROFILES_FILE'] = str(REPO_ROOT / 'config' / 'fastdds_localhost.xml')
 os.environ['ROS_DOMAIN_ID'] = str(100 + (os.getpid() + 37) % 100)
 
-import numpy as np  # noqa: E402
-import yaml  # noqa: E402
 from diagnostic_msgs.msg import DiagnosticArray  # noqa: E402
-
+import numpy as np  # noqa: E402
 from sensor_msgs.msg import JointState  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
+import yaml  # noqa: E402
 
 from sysid_ros.ros import demo_robots, qos  # noqa: E402
 from sysid_ros.ros.node_process import NodeProcess  # noqa: E402

@@ -17,9 +17,9 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
+from sysid_ros.core.dynamics import integrators
 from sysid_ros.core.model import builders
 from sysid_ros.core.model import inertia
-from sysid_ros.core.dynamics import integrators
 from sysid_ros.core.model import parameters
 
 MODEL, _ROD_PARAMS = builders.double_pendulum()

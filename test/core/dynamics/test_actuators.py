@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from sysid_ros.core.dynamics import actuators
-from sysid_ros.core.model import builders
-from sysid_ros.core.dynamics import rigid_body
 from sysid_ros.core.dynamics import integrators
 from sysid_ros.core.dynamics import kinematics
+from sysid_ros.core.dynamics import rigid_body
+from sysid_ros.core.model import builders
 
 NAMES = tuple(sorted(actuators.ACTUATORS))
 PASSIVE = tuple(sorted(actuators.PASSIVE))

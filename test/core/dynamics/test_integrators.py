@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from sysid_ros.core.dynamics import actuators
-from sysid_ros.core.model import builders
 from sysid_ros.core.dynamics import integrators
+from sysid_ros.core.model import builders
 
 G = 9.81
 LENGTH, MASS, DAMPING = 0.8, 2.0, 0.3

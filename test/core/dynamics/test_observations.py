@@ -6,15 +6,15 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+from jax.test_util import check_grads
 import numpy as np
 import pytest
-from jax.test_util import check_grads
 
-from sysid_ros.core.model import builders
 from sysid_ros.core.dynamics import integrators
 from sysid_ros.core.dynamics import observations
 from sysid_ros.core.likelihoods import likelihood as lk
 from sysid_ros.core.likelihoods import shooting_windows
+from sysid_ros.core.model import builders
 
 CHAIN = builders.chain(4, lengths=[0.3, 0.4, 0.2, 0.5], masses=[1.0, 2.0, 1.0, 0.5],
                        axis=(0.0, 0.6, 0.8))

@@ -4,13 +4,13 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+from jax.test_util import check_grads
 import numpy as np
 import pytest
-from jax.test_util import check_grads
 
-from sysid_ros.core.model import builders
-from sysid_ros.core.dynamics import rigid_body
 from sysid_ros.core.dynamics import kinematics
+from sysid_ros.core.dynamics import rigid_body
+from sysid_ros.core.model import builders
 from sysid_ros.io import model_io, verify
 
 BUILT = {

@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sysid_ros.core.model import builders
 from sysid_ros.core.constrained import constraints
 from sysid_ros.core.dynamics import rigid_body
 from sysid_ros.core.dynamics import variational
+from sysid_ros.core.model import builders
 
 DT = 0.02
 RHO = jnp.array([2.0, 1.0, 0.5])

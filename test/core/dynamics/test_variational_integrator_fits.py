@@ -30,12 +30,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sysid_ros.core.model import builders
 from sysid_ros.core.dynamics import integrators
-from sysid_ros.core.likelihoods import losses
 from sysid_ros.core.dynamics import variational
-from sysid_ros.io import config as config_io
+from sysid_ros.core.likelihoods import losses
+from sysid_ros.core.model import builders
 from sysid_ros.io import compile_cache, estimator_data, pipeline
+from sysid_ros.io import config as config_io
 
 DAMPING = (0.15, 0.08)                 # [N m s/rad], the truth of the fits
 MODEL, PARAMS = builders.double_pendulum(damping=DAMPING)

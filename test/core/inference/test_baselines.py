@@ -23,13 +23,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from sysid_ros.core.dynamics import integrators
 from sysid_ros.core.inference import shooting, unconstrained
 from sysid_ros.core.inference.kernels import cem, emcee, nuts, sgld
 from sysid_ros.core.inference.particles import sobol_particles
-from sysid_ros.core.model import builders
-from sysid_ros.core.dynamics import integrators
-from sysid_ros.core.model import parameters
 from sysid_ros.core.likelihoods import likelihood as lik
+from sysid_ros.core.model import builders
+from sysid_ros.core.model import parameters
 
 MODEL, NOMINAL = builders.double_pendulum()
 SPEC = parameters.make_parameter_spec(MODEL, {'link2.mass': (0.5, 3.5),

@@ -4,9 +4,9 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+from point_problems import consistent, inertia_block, NOMINAL, SPEC, THETA_TRUE
 import pytest
 
-from point_problems import NOMINAL, SPEC, THETA_TRUE, consistent, inertia_block
 from sysid_ros.core.inference import consistency
 
 

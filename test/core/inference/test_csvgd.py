@@ -15,13 +15,13 @@ import subprocess
 import sys
 import textwrap
 
+import csvgd_problems as dp
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
-import csvgd_problems as dp
 from sysid_ros.core.inference import shooting
 from sysid_ros.core.inference.base import KernelData
 from sysid_ros.core.inference.kernels import csvgd

@@ -17,11 +17,11 @@ intervals covered 0.415 / 0.86 / 0.925, and before `intervals`' quadrature rule 
 particles' own percentiles) 0.44 / 0.80 / 0.835.
 """
 
+import csvgd_problems as dp
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-import csvgd_problems as dp
 from sysid_ros.core.inference import intervals, optimisers, registry
 from sysid_ros.core.inference.base import KernelData
 from sysid_ros.core.inference.kernels import csvgd

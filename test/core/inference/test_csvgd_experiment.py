@@ -20,12 +20,12 @@ The pendulum links are 1 kg spheres at the link ends (TDS's compound pendulum), 
 
 import time
 
+import csvgd_problems as dp
 import jax
 import numpy as np
 import optax
 import pytest
 
-import csvgd_problems as dp
 from sysid_ros.core.inference.base import KernelData
 from sysid_ros.core.inference.kernels import csvgd
 from sysid_ros.core.inference.particles import sobol_particles

@@ -7,11 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from point_problems import (check_recovery, consistent, DT, HORIZON, inertia_block, INTEGRATOR,
+                            ITERATIONS, MODEL, NOMINAL, ROLLOUT, simulate, SPEC, THETA_GUESS)
 import pytest
 
-from point_problems import (DT, HORIZON, INTEGRATOR, ITERATIONS, MODEL, NOMINAL, ROLLOUT,
-                            SPEC, THETA_GUESS, check_recovery, consistent, inertia_block,
-                            simulate)
 from sysid_ros.core.inference.base import Kernel
 from sysid_ros.core.inference.kernels import diffnea
 from sysid_ros.core.inference.kernels.diffnea import DiffNEAInfo, DiffNEAState

@@ -9,10 +9,10 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from point_problems import (check_recovery, consistent, DT, INERTIA, MODEL, NOISE, NOMINAL,
+                            REGRESSOR_DATA, simulate, SPEC, THETA_GUESS)
 import pytest
 
-from point_problems import (DT, INERTIA, MODEL, NOISE, NOMINAL, REGRESSOR_DATA, SPEC,
-                            THETA_GUESS, check_recovery, consistent, simulate)
 from sysid_ros.core.dynamics import actuators
 from sysid_ros.core.dynamics import rigid_body
 from sysid_ros.core.inference.kernels import nea

@@ -8,12 +8,12 @@ import numpy as np
 import optax
 import pytest
 
-from sysid_ros.core.model import builders
-from sysid_ros.core.model import parameters
-from sysid_ros.io import config as config_io
 from sysid_ros.core.inference import optimisers, unconstrained
 from sysid_ros.core.inference.kernels import svgd
 from sysid_ros.core.inference.kernels.svgd import SVGDInfo, SVGDState
+from sysid_ros.core.model import builders
+from sysid_ros.core.model import parameters
+from sysid_ros.io import config as config_io
 
 MODEL, BASE = builders.double_pendulum()
 

@@ -3,11 +3,10 @@ and a fit of a simulated two-link arm that recovers its truth within its uncerta
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
+from jax.test_util import check_grads
 import numpy as np
 import pytest
-from jax.test_util import check_grads
 
 from sysid_ros.core.likelihoods import equation_error as ee
 from sysid_ros.core.likelihoods import likelihood as lik

@@ -4,12 +4,12 @@ hand, sum vs product forms, and data validation before any compilation."""
 import dataclasses
 import functools
 
+import csvgd_problems as dp
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import csvgd_problems as dp
 from sysid_ros.core.likelihoods import likelihood as lk
 from sysid_ros.core.likelihoods import profiled_start as ps
 from sysid_ros.core.likelihoods import shooting_windows as sw

@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sysid_ros.core.model import builders
 from sysid_ros.core.dynamics import integrators
 from sysid_ros.core.likelihoods import losses
+from sysid_ros.core.model import builders
 
 DT = 0.01
 NUM_STEPS = 120
