@@ -83,13 +83,12 @@ def simulate(integrator):
     num = int(DURATION / DT)
     controls = excitation(np.arange(num) * DT, np.array([14.0, 3.0]), seed=3)
     states = np.asarray(ROLLOUT(MODEL, TRUE, jnp.zeros(4), jnp.asarray(controls), DT,
-                                 integrator=integrator, actuator='viscous'))
+                                integrator=integrator, actuator='viscous'))
     assert np.all(np.isfinite(states))
     rng = np.random.default_rng(4)
     states = states + rng.normal(0.0, NOISE, states.shape)
     tau = np.concatenate([controls, controls[-1:]])
     return states[:, :2], states[:, 2:], tau
-
 
 
 def check_recovery(theta):
@@ -117,4 +116,3 @@ ALL_CONSISTENT = jax.jit(jax.vmap(lambda theta: SPEC.is_consistent(theta, NOMINA
 def consistent(theta):
     """Whether every row of theta (M,) or (K, M) is physically consistent."""
     return bool(np.all(ALL_CONSISTENT(jnp.atleast_2d(jnp.asarray(theta)))))
-

@@ -199,9 +199,8 @@ def test_nuts_after_window_adaptation_recovers_gaussian_posterior():
     assert 0.05 < float(warm.step_size) < 5.0
     print('nuts warm-up: step size', warm.step_size, 'inverse mass matrix',
           warm.inverse_mass_matrix)
-    state, theta, infos = run(NUTS, _nuts_state(warm.particles, warm.step_size,
-                                                 warm.inverse_mass_matrix), GAUSSIAN,
-                              NUTS_STEPS)
+    start = _nuts_state(warm.particles, warm.step_size, warm.inverse_mass_matrix)
+    state, theta, infos = run(NUTS, start, GAUSSIAN, NUTS_STEPS)
     # The adapted inverse mass matrix estimates the posterior variance in z.
     z = np.asarray(SPEC.to_unconstrained(theta)).reshape(-1, 2)
     np.testing.assert_allclose(warm.inverse_mass_matrix, z.var(axis=0), rtol=0.5)
@@ -461,7 +460,7 @@ def test_multiple_shooting_log_prob_adds_the_defect_likelihood(pendulum):
     assert values[0] > values[1]
 
 
-_TWO_DEVICES = '''
+_TWO_DEVICES = """
 import sys
 import jax
 import numpy as np
@@ -475,7 +474,7 @@ assert len(sgld.particles.sharding.device_set) == 2
 nuts, _, _ = T.run(T.NUTS, T._nuts_state(T._start(8)), T.GAUSSIAN, T.NUTS_STEPS)
 cem, _, _ = T.run(T.CEM, T.CEM.init(T.KEY, T._start(128), None), T.GAUSSIAN, T.CEM_STEPS)
 np.savez(sys.argv[1], sgld=sgld.particles, nuts=nuts.particles, cem=cem.particles)
-'''
+"""
 
 
 @pytest.mark.slow

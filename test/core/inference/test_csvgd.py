@@ -166,7 +166,7 @@ def test_bad_input_fails_before_compilation():
         csvgd.build_kernel(SETTING, dp.SPEC, optax.adam(0.1), base_params=dp.BASE, kernel='x')
 
 
-_SHARDED_SCRIPT = textwrap.dedent('''
+_SHARDED_SCRIPT = textwrap.dedent("""
     import sys
     import jax
     jax.config.update('jax_enable_x64', True)
@@ -193,7 +193,7 @@ _SHARDED_SCRIPT = textwrap.dedent('''
     np.savez({out!r}, theta=state.theta, particles=state.particles,
              multipliers=state.multipliers, log_lik=info.log_lik,
              svgd=svgd_state.particles)
-''')
+""")
 
 
 def _gaussian(x, data):

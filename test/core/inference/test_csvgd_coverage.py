@@ -76,7 +76,10 @@ def test_csvgd_intervals_hold_random_truths_at_the_nominal_rate():
         one = lk.make_trajectory_data(SETTING, states[r][None], np.zeros((1, T, 2)), NOISE)
         starts.append(kernel.init(jax.random.key(r), theta0, KernelData(one)))
         data.append(one)
-    stacked = lambda trees: jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *trees)
+
+    def stacked(trees):
+        return jax.tree_util.tree_map(lambda *leaves: jnp.stack(leaves), *trees)
+
     state, data = stacked(starts), stacked(data)
     step = jax.jit(jax.vmap(kernel.step))
     spreads = []

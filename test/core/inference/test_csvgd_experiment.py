@@ -72,12 +72,12 @@ def run_experiment(combine: str, num_steps: int, num_windows: int, num_particles
         reseeded += int(state.num_reseeded)
     lengths, defects = np.concatenate(lengths), np.concatenate(defects)
     distance = np.linalg.norm(lengths[:, None] - TRUTHS[None], axis=-1)     # (P, 2)
-    summary = dict(
-        combine=combine, near_first=int(np.sum(distance[:, 0] < RADIUS)),
-        near_second=int(np.sum(distance[:, 1] < RADIUS)), mean=lengths.mean(0).round(3),
-        max_defect=float(np.max(defects)), median_defect=float(np.median(defects)),
-        num_reseeded=reseeded, first_step_s=round(first, 1),
-        iteration_ms=round(1e3 * np.mean(per_iteration), 1))
+    summary = {
+        'combine': combine, 'near_first': int(np.sum(distance[:, 0] < RADIUS)),
+        'near_second': int(np.sum(distance[:, 1] < RADIUS)), 'mean': lengths.mean(0).round(3),
+        'max_defect': float(np.max(defects)), 'median_defect': float(np.median(defects)),
+        'num_reseeded': reseeded, 'first_step_s': round(first, 1),
+        'iteration_ms': round(1e3 * np.mean(per_iteration), 1)}
     print(summary)
     return lengths, summary
 

@@ -87,7 +87,7 @@ def test_diffnea_particles_forward_mode_and_init_forms():
     t = np.arange(60) * 0.01
     controls = np.sin(2 * np.pi * t)[:, None]
     states = np.asarray(ROLLOUT(model, params, jnp.array([0.2, 0.0]), jnp.asarray(controls),
-                                 0.01, integrator=INTEGRATOR, actuator='viscous'))
+                                0.01, integrator=INTEGRATOR, actuator='viscous'))
     tau = np.concatenate([controls, controls[-1:]])
     seg = losses.make_segments([states[:, :1]], [states[:, 1:]], [tau], 5)
     loss_fn = losses.make_loss_fn(model, 'one_step', 0.01, integrator=INTEGRATOR)
@@ -109,7 +109,6 @@ def test_diffnea_particles_forward_mode_and_init_forms():
                                spec.from_params(params))
     with pytest.raises(ValueError, match='grad_mode'):
         diffnea.build_kernel(params, spec, loss_fn, optax.sgd(0.1), grad_mode='x')
-
 
 
 def test_all_names_importable():

@@ -44,8 +44,8 @@ def test_unbounded_solution_is_the_joint_least_squares_solution():
     np.testing.assert_allclose(state.theta, solution[:M], atol=1e-9)
     np.testing.assert_allclose(state.starts.reshape(-1), solution[M:], atol=1e-9)
     assert bool(state.converged)
-    ran = jax.jit(lambda: lm.run(kernel, (jnp.zeros(M), jnp.zeros((K, S))), KernelData(None),
-                                30))()
+    start = (jnp.zeros(M), jnp.zeros((K, S)))
+    ran = jax.jit(lambda: lm.run(kernel, start, KernelData(None), 30))()
     assert bool(ran.converged)                                   # stopped there, in one loop
     np.testing.assert_allclose(ran.theta, solution[:M], atol=1e-9)
 

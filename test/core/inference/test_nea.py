@@ -122,7 +122,6 @@ def test_nea_projection_of_an_inconsistent_raw_solution():
     assert projected[1] == pytest.approx(1.0, rel=1e-8)
 
 
-
 def test_consistent_ls_fixes_an_inconsistent_nea_solution():
     """All ten inertial entries of both thin rods free (as on the real KUKA data): the
     minimum-norm NEA solution is inconsistent (link 1's iyy exceeds ixx + izz) and its COMs lie
@@ -239,7 +238,6 @@ def test_nea_recovers_panda_masses_and_damping(panda):
     assert int(infos[-1].rank[0]) == spec.num_params
     assert bool(infos[-1].raw_consistent[0])
     assert bool(spec.is_consistent(jnp.asarray(est), nominal))
-
 
 
 def test_all_names_importable():
