@@ -163,7 +163,6 @@ def test_bad_states_name_the_constraint():
     mm.check_configuration(MECH, Q0, z=Z, qd=QD)
 
 
-
 def test_projection_lands_on_the_manifold_and_keeps_points_on_it():
     q, qd = mm.project_to_manifold(MECH, Q0 + jnp.array([0.01, -0.02, 0.015, 0.01]),
                                    QD + 0.1)

@@ -153,9 +153,8 @@ def test_mocap_log_likelihood_by_hand():
     data, states, _ = _mocap_data(setting, params)
     assert data.observations.shape == (1, T + 1, 24) and data.noise_std.shape == (24,)
     heavier = dataclasses.replace(params, inertial=params.inertial.at[3].multiply(1.3))
-    terms = jax.jit(lk.log_likelihood, static_argnums=0)(setting, heavier,
-                                                          jnp.zeros((1, 0, 2 * model.nv)),
-                                                          data)
+    log_likelihood = jax.jit(lk.log_likelihood, static_argnums=0)
+    terms = log_likelihood(setting, heavier, jnp.zeros((1, 0, 2 * model.nv)), data)
     rollout = integrators.rollout(model, heavier, data.x0[0], data.controls[0], DT,
                                   actuator='viscous')
     predicted = np.concatenate([_pinocchio_points(model, heavier, q, setting.mocap)

@@ -202,7 +202,7 @@ def test_every_unconstrained_sample_is_consistent():
         **{f'link1.{a}': (-1.0, 1.0) for a in parameters.INERTIA_ATTRIBUTES
            if a not in ('inertia.ixx', 'inertia.iyy', 'inertia.izz')},
         **{f'link1.inertia.{a}': (0.0, 1.0) for a in ('ixx', 'iyy', 'izz')},
-        **{k: v for k, v in ALL_LINK2.items()},
+        **ALL_LINK2,
         'joint1.damping': (0.0, np.inf), 'joint1.coulomb': (0.0, np.inf),
         'joint2.stribeck.torque': (0.0, 1.0), 'joint2.armature': (0.0, np.inf),
     })
