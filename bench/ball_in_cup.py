@@ -59,7 +59,7 @@ def main():
     args = parser.parse_args()
     jax.config.update('jax_enable_x64', True)
     cases = [(600, 1e-3)] if args.quick else [(600, 1e-3), (1500, 0.5e-3), (1500, 1e-3),
-                                               (1500, 2e-3), (3000, 1e-3)]
+                                              (1500, 2e-3), (3000, 1e-3)]
     rows = [run(samples, noise) for samples, noise in cases]
     keys = ('samples', 'noise_mm', 'windows', 'length', 'length_err_mm', 'length_std_mm',
             'anchor_err_mm', 'anchor_std_mm', 'drag', 'drag_std', 'rms0_mm', 'rms_mm',

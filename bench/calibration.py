@@ -468,8 +468,8 @@ def main(argv=None) -> int:
                              "MuJoCo's on heldout's URDF (mujoco, model error)")
     parser.add_argument('--online-set', type=setting_pair, action='append', default=[],
                         metavar='SECTION.KEY=VALUE',
-                        help="replace a value of the live configuration (repeatable), e.g. "
-                             "estimator.start=measured")
+                        help='replace a value of the live configuration (repeatable), e.g. '
+                             'estimator.start=measured')
     parser.add_argument('--set', type=setting_pair, action='append', default=[],
                         metavar='estimator.KEY=VALUE', dest='estimator_set',
                         help='replace an estimator setting of every offline fit (repeatable), '

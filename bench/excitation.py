@@ -224,8 +224,8 @@ def random_references(case: Case, problem, truth_params, t, designed_u, rng, sta
 
 def case_dp(likelihood: Likelihood) -> Case:
     joints = ('joint1', 'joint2')
-    parameters = {link: {'mass': {'min': 0.5, 'max': 2.0}, 'com': {'z': {'min': -0.8,
-                                                                          'max': -0.2}}}
+    com = {'z': {'min': -0.8, 'max': -0.2}}
+    parameters = {link: {'mass': {'min': 0.5, 'max': 2.0}, 'com': com}
                   for link in ('link1', 'link2')}
     parameters.update({joint: {'damping': {'min': 0.0, 'max': 0.5}} for joint in joints})
     config = _config({'builder': 'double_pendulum', 'joints': list(joints),
@@ -278,8 +278,8 @@ def violations(problem, speed, effort, states, u) -> int:
 
 
 def recording(problem, t, states, u, rng) -> Trajectory:
-    """The noisy recording (heldout's noise; torque noise of the configured
-    data.torque_noise_std, none without it) of true states (T, 2 nv) under commands u."""
+    """Return the noisy recording of true states (T, 2 nv) under commands u: heldout's
+    noise, and the torque noise of the configured data.torque_noise_std (none without it)."""
     nv = problem.model.nv
     q, qd = heldout.add_noise(states[:, :nv], states[:, nv:], rng)
     torque_noise = problem.config.data.torque_noise_std
@@ -317,7 +317,7 @@ def seconds_to_reach(durations, stds, target) -> np.ndarray:
 
 def run_case(case: Case, truths: int, seed: int, quick: bool) -> dict[str, str]:
     problem = pipeline.build_problem(case.config)
-    spec, nv = problem.spec, problem.model.nv
+    spec = problem.spec
     start = time.perf_counter()
     designed = excitation.design(problem)
     print(f'[{case.name}] design: {designed.design.duration:g} s, log det '

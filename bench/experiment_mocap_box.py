@@ -114,7 +114,7 @@ def _revolute_body(joint: str, parent: str, child: str, joint_z: float, axis: st
     """URDF text of one revolute joint [m, rad] and its child link (diagonal inertia about the
     centre of mass `com` [kg m^2])."""
     ixx, iyy, izz = inertia_diagonal
-    return f'''
+    return f"""
   <joint name="{joint}" type="revolute">
     <origin rpy="0 0 0" xyz="0 0 {joint_z}"/>
     <parent link="{parent}"/>
@@ -129,7 +129,7 @@ def _revolute_body(joint: str, parent: str, child: str, joint_z: float, axis: st
       <mass value="{mass}"/>
       <inertia ixx="{ixx}" ixy="0" ixz="0" iyy="{iyy}" iyz="0" izz="{izz}"/>
     </inertial>
-  </link>'''
+  </link>"""
 
 
 def box_urdf() -> str:

@@ -245,7 +245,7 @@ def main():
     parser.add_argument('--gn-iterations', type=int, default=15)
     parser.add_argument('--lbfgs-iterations', type=int, default=30)
     parser.add_argument('--start', type=float, nargs=2, default=None,
-                        help='initial [k1, k2] (default [5, 2]; --quick: the seed\'s [5, 5])')
+                        help="initial [k1, k2] (default [5, 2]; --quick: the seed's [5, 5])")
     parser.add_argument('--no-autodiff', action='store_true',
                         help='skip the autodiff gradient (its compile is the slowest)')
     parser.add_argument('--cache', default='',
@@ -286,7 +286,7 @@ def main():
           f"gn_fit_s={gn['fit_s']:.1f} lbfgs_iterations={lbfgs['iterations']} "
           f"lbfgs_cost_after={lbfgs['cost']:.4g} lbfgs_k1={lbfgs['k1']:.4f} "
           f"lbfgs_k2={lbfgs['k2']:.4f} lbfgs_fit_s={lbfgs['fit_s']:.1f} "
-          f"k1_true={RHO_TRUE[0]} k2_true={RHO_TRUE[1]} "
+          f'k1_true={RHO_TRUE[0]} k2_true={RHO_TRUE[1]} '
           f"adjoint_grad_s={sd['adjoint_s']:.3f} autodiff_grad_s={sd['autodiff_s']:.3f} "
           f"rollout_s={sd['rollout_s']:.3f}")
 

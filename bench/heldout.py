@@ -239,7 +239,7 @@ def dp_recording(rng: np.random.Generator, truth: dict, duration: float,
     num = int(round(duration * rate)) + 1
     t = np.arange(num) / rate
     peak = 0.6 * GRAVITY * np.array([mass[0] * com[0] + mass[1] * hm.DP_LENGTH,
-                                      mass[1] * com[1]])
+                                     mass[1] * com[1]])
     best = None
     for _ in range(30):
         torque, _ = multisine(t, peak, rng)
@@ -306,8 +306,8 @@ def make_dp_case(rng: np.random.Generator, seed: int, duration: float, out: str,
         return fit, fit_intervals(fit)
 
     note = ('inertia about each COM: uniform rod of the drawn mass (truth); both fits keep '
-            'the nominal 1 kg rod\'s' if truth_inertia == 'rod' else
-            'inertia about each COM: the nominal 1 kg rod\'s, in the truth and both fits')
+            "the nominal 1 kg rod's" if truth_inertia == 'rod' else
+            "inertia about each COM: the nominal 1 kg rod's, in the truth and both fits")
     return Case('dp', config, bag, DP_JOINTS, t, q, qd, tau, rows, ours, mujoco_fit, note)
 
 
@@ -391,8 +391,8 @@ def make_arm_case(rng: np.random.Generator, seed: int, duration: float, out: str
                 pos = np.array(s.body('payload').pos, float)
                 pos[i] = v
                 s.body('payload').pos = pos
-            params.append(hm.SysidParameter(f'payload.com.{axis}', FLANGE[i] + (0.05 if i == 2
-                                                                               else 0.0),
+            centre = FLANGE[i] + (0.05 if i == 2 else 0.0)
+            params.append(hm.SysidParameter(f'payload.com.{axis}', centre,
                                             float(box_lo[i]), float(box_hi[i]), apply))
         params += damping_parameters(PANDA_JOINTS, 0.003, dlo, dhi)
         fit = hm.fit_sysid(fit_spec, params, PANDA_JOINTS, t, q, qd, tau)
@@ -588,7 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--cases', nargs='+', choices=('dp', 'arm'), default=['dp', 'arm'])
     p.add_argument('--methods', nargs='*', default=None, metavar='METHOD',
-                   help='methods of sysid fit (default: the configuration\'s default, no '
+                   help="methods of sysid fit (default: the configuration's default, no "
                         '--method); "all": every method of the registry')
     p.add_argument('--seed', type=int, help='seed of the truth, the excitation and the noise '
                    '(default: from the clock, printed)')

@@ -271,7 +271,10 @@ def fit_sysid(spec: 'mujoco.MjSpec', parameters: Sequence[SysidParameter],
       spec: the nominal model (motors in the order of `joints`); modified in place.
       parameters: the parameters to identify.
       joints: (nv,) joint names, the column order of q, qd and tau.
-      t, q, qd, tau: the recording.
+      t: (T,) sample times [s].
+      q: (T, nv) joint positions.
+      qd: (T, nv) joint velocities.
+      tau: (T, nv) commanded torques, held over each sample interval.
       window: window length [s].
       max_iters: Levenberg-Marquardt iteration limit.
     """

@@ -158,6 +158,7 @@ def _split_cores_env() -> dict:
 
 def _wait_compiled(diag: Diagnostics, estimator: NodeProcess) -> float:
     start = time.monotonic()
+
     def failed():
         return not estimator.running() or 'worker stopped' in estimator.output()
 
@@ -178,6 +179,7 @@ def _window_stats(diag: Diagnostics) -> dict:
     """Inference times and lags [s] of the windows in `diag.windows`, mean and max."""
     times = np.array([v[0] for v in diag.windows.values()])
     lags = np.array([v[1] for v in diag.windows.values()])
+
     def stat(f, a):
         return float(f(a)) if len(a) else float('nan')
 
@@ -217,7 +219,7 @@ def arm(diag: Diagnostics, folder: pathlib.Path, seconds: float) -> dict:
         # Measure from the first received message on.
         topic = f'input {params["data"]["joint_states_topic"]}'
         if not diag.spin_until(lambda: int(diag.status(topic).get('received', 0)) > 0,
-                                COMPILE_TIMEOUT):
+                               COMPILE_TIMEOUT):
             raise RuntimeError('no joint_states reached the estimator:\n'
                                + sim.output()[-2000:])
         cpu0, main0, t0 = _cpu_seconds(pid), _cpu_seconds(pid, pid), time.monotonic()
@@ -302,6 +304,7 @@ def _arm_errors(table: dict) -> dict:
     payload mass [kg], the distance of its centre of mass [m], the largest damping
     [N m s/rad] and Coulomb [N m] errors."""
     errors = {name: abs(mean - truth) for name, (truth, mean, _) in table.items()}
+
     def largest(suffix):
         return max((e for n, e in errors.items() if n.endswith(suffix)), default=np.nan)
 
