@@ -409,9 +409,11 @@ def api_pages() -> dict[str, str]:
     pages = {}
     for package in sorted(p.parent for p in root.rglob('__init__.py')):
         dotted = '.'.join(package.relative_to(REPO).parts)
-        modules = [dotted] + [f'{dotted}.{m.stem}' for m in sorted(package.glob('*.py'))
-                              if not m.stem.startswith('_')]
-        body = [f'# `{dotted}`', '']
+        modules = [f'{dotted}.{m.stem}' for m in sorted(package.glob('*.py'))
+                   if not m.stem.startswith('_')]
+        # The package itself: its docstring only (what it re-exports is documented where it
+        # is defined).
+        body = [f'# `{dotted}`', '', f'::: {dotted}\n    options:\n      members: false\n']
         body += [f'::: {m}\n    options:\n      show_submodules: false\n' for m in modules]
         pages[f'reference/api/{dotted}.md'] = '\n'.join(body)
     return pages
