@@ -42,15 +42,15 @@ def run(samples, noise, seed=0):
     fit = jax.block_until_ready(fit_fn(start))
     fit_s = time.perf_counter() - begin
     anchor_error = np.abs(np.asarray(fit.string.anchor - truth.anchor))
-    return dict(samples=samples, noise_mm=1e3 * noise, windows=windows.ball.shape[0],
-                length=float(fit.string.length), length_true=float(truth.length),
-                length_err_mm=1e3 * abs(float(fit.string.length - truth.length)),
-                length_std_mm=1e3 * float(fit.std.length),
-                anchor_err_mm=1e3 * anchor_error.max(),
-                anchor_std_mm=1e3 * float(np.max(fit.std.anchor)),
-                drag=float(fit.string.drag), drag_std=float(fit.std.drag),
-                rms0_mm=1e3 * float(fit.rms0), rms_mm=1e3 * float(fit.rms),
-                compile_s=first - fit_s, fit_s=fit_s)
+    return {'samples': samples, 'noise_mm': 1e3 * noise, 'windows': windows.ball.shape[0],
+            'length': float(fit.string.length), 'length_true': float(truth.length),
+            'length_err_mm': 1e3 * abs(float(fit.string.length - truth.length)),
+            'length_std_mm': 1e3 * float(fit.std.length),
+            'anchor_err_mm': 1e3 * anchor_error.max(),
+            'anchor_std_mm': 1e3 * float(np.max(fit.std.anchor)),
+            'drag': float(fit.string.drag), 'drag_std': float(fit.std.drag),
+            'rms0_mm': 1e3 * float(fit.rms0), 'rms_mm': 1e3 * float(fit.rms),
+            'compile_s': first - fit_s, 'fit_s': fit_s}
 
 
 def main():

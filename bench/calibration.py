@@ -89,18 +89,18 @@ _DAMPING = {'min': 0.02, 'max': 0.3}          # [N m s/rad]
 _COULOMB = {'min': 0.02, 'max': 0.3}          # [N m]
 
 CASES = {
-    'pendulum': dict(model={'builder': 'chain', 'builder_args': {'num_links': 1}},
-                     parameters={'link1': {'mass': _MASS, 'com': _COM},
-                                 'joint1': {'damping': _DAMPING}}),
-    'dp': dict(model={'builder': 'double_pendulum'},
-               parameters={'link1': {'mass': _MASS, 'com': _COM},
-                           'link2': {'mass': _MASS, 'com': _COM},
-                           'joint1': {'damping': _DAMPING}, 'joint2': {'damping': _DAMPING}}),
-    'chain3': dict(model={'builder': 'chain', 'builder_args': {'num_links': 3},
-                          'actuator': 'coulomb_viscous'},
-                   parameters={**{f'link{i}': {'mass': _MASS} for i in (1, 2, 3)},
-                               **{f'joint{i}': {'damping': _DAMPING, 'coulomb': _COULOMB}
-                                  for i in (1, 2, 3)}}),
+    'pendulum': {'model': {'builder': 'chain', 'builder_args': {'num_links': 1}},
+                 'parameters': {'link1': {'mass': _MASS, 'com': _COM},
+                                'joint1': {'damping': _DAMPING}}},
+    'dp': {'model': {'builder': 'double_pendulum'},
+           'parameters': {'link1': {'mass': _MASS, 'com': _COM},
+                          'link2': {'mass': _MASS, 'com': _COM},
+                          'joint1': {'damping': _DAMPING}, 'joint2': {'damping': _DAMPING}}},
+    'chain3': {'model': {'builder': 'chain', 'builder_args': {'num_links': 3},
+                         'actuator': 'coulomb_viscous'},
+               'parameters': {**{f'link{i}': {'mass': _MASS} for i in (1, 2, 3)},
+                              **{f'joint{i}': {'damping': _DAMPING, 'coulomb': _COULOMB}
+                                 for i in (1, 2, 3)}}},
 }
 # Data of the `finer` setting: the same model integrated at 1 / (RATE * FINE) s.
 FINE = 10
@@ -180,9 +180,9 @@ def mujoco_recording(value: dict[str, float], rng: np.random.Generator, noise: f
     URDF's otherwise), sampled at `rate` [Hz], with noise N(0, noise^2) on q and qd."""
     links = (1, 2)
     t, q, qd, tau = heldout.dp_recording(
-        rng, dict(mass=[value[f'link{i}.mass'] for i in links],
-                  com_z=[value.get(f'link{i}.com.z', -heldout.hm.DP_LENGTH / 2) for i in links],
-                  damping=[value[f'joint{i}.damping'] for i in links]),
+        rng, {'mass': [value[f'link{i}.mass'] for i in links],
+              'com_z': [value.get(f'link{i}.com.z', -heldout.hm.DP_LENGTH / 2) for i in links],
+              'damping': [value[f'joint{i}.damping'] for i in links]},
         duration, inertia_mass=[1.0, 1.0], rate=rate)   # the URDF's rod inertia about the COM
     return Trajectory(t=t, q=q + rng.normal(0.0, noise, q.shape),
                       qd=qd + rng.normal(0.0, noise, qd.shape), tau=tau,

@@ -285,9 +285,9 @@ def _bench_system(label, model, nominal, rng):
                                          qp[k], qd_np[k], tau_np[k])
 
     num_pin = 1024
-    pin_rates = dict(aba=_python_loop_rate(pin_aba, num_pin),
-                     rnea=_python_loop_rate(pin_rnea, num_pin),
-                     aba_derivatives=_python_loop_rate(pin_aba_derivatives, num_pin))
+    pin_rates = {'aba': _python_loop_rate(pin_aba, num_pin),
+                 'rnea': _python_loop_rate(pin_rnea, num_pin),
+                 'aba_derivatives': _python_loop_rate(pin_aba_derivatives, num_pin)}
     peer = slice(0, PEER_BATCH)
     pin_rates['aba_parallel'], pin_rates['aba_parallel_error'] = _pin_parallel(
         pin_models[0], qp[peer], qd_np[peer], tau_np[peer])
@@ -305,7 +305,7 @@ def _bench_system(label, model, nominal, rng):
     for batch in sorted(set(BATCHES) | set(ROLLOUT_BATCHES)):
         sub = lambda x: x[:batch]  # noqa: E731
         p_b = jax.tree.map(sub, params)
-        row = dict(system=label, batch=batch)
+        row = {'system': label, 'batch': batch}
         if batch in BATCHES:
             c, t, out = _compile_and_time(aba_fn(batch), (p_b, sub(q), sub(qd), sub(tau)))
             row.update(aba=batch / t, aba_compile=c)

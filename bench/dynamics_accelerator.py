@@ -95,7 +95,7 @@ def _bench(label, model, nominal, rng, sizes, rows, results):
     for batch in sorted(set(batches) | set(grad_batches)):
         sub = jax.tree.map(lambda x: x[:batch], (params, q, qd, tau, x0, controls, target))
         p_b, q_b, qd_b, tau_b, x0_b, u_b, target_b = sub
-        row = dict(system=label, batch=batch)
+        row = {'system': label, 'batch': batch}
         if batch in batches:
             args = (p_b, q_b, qd_b, tau_b)
             c, t, out = batched_dynamics.compile_and_time(jax.jit(aba), args, MIN_TIME_S)

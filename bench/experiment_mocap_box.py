@@ -393,21 +393,21 @@ def run_experiment3(num_particles: int = 16, num_iterations: int = 600, num_step
     d = mode_distances(theta)
     at_truth = d[:, 0] < RADIUS
     at_swapped = d[:, 1] < RADIUS
-    summary = dict(
-        num_particles=num_particles, num_iterations=num_iterations, num_steps=num_steps,
-        num_windows=num_windows, controls=controls,
-        near_truth=int(np.sum(at_truth)), near_swapped=int(np.sum(at_swapped)),
-        elsewhere=int(np.sum(~(at_truth | at_swapped))),
-        error_truth=float(np.mean(d[at_truth, 0])) if at_truth.any() else float('nan'),
-        error_swapped=float(np.mean(d[at_swapped, 1])) if at_swapped.any() else float('nan'),
-        balanced=float(np.median(np.linalg.norm(theta[:, :2] + theta[:, 2:], axis=-1))),
-        first_moment_error=float(np.median(np.linalg.norm(
+    summary = {
+        'num_particles': num_particles, 'num_iterations': num_iterations, 'num_steps': num_steps,
+        'num_windows': num_windows, 'controls': controls,
+        'near_truth': int(np.sum(at_truth)), 'near_swapped': int(np.sum(at_swapped)),
+        'elsewhere': int(np.sum(~(at_truth | at_swapped))),
+        'error_truth': float(np.mean(d[at_truth, 0])) if at_truth.any() else float('nan'),
+        'error_swapped': float(np.mean(d[at_swapped, 1])) if at_swapped.any() else float('nan'),
+        'balanced': float(np.median(np.linalg.norm(theta[:, :2] + theta[:, 2:], axis=-1))),
+        'first_moment_error': float(np.median(np.linalg.norm(
             theta[:, :2] + theta[:, 2:] - TRUTH[:2] - TRUTH[2:], axis=-1))),
-        max_defect=float(np.max(info.max_defect)),
-        median_defect=float(np.median(info.max_defect)),
-        num_reseeded=int(state.num_reseeded), first_step_s=round(first, 1),
-        iteration_ms=round(1e3 * per_iteration, 1),
-        total_s=round(time.perf_counter() - start_total, 1))
+        'max_defect': float(np.max(info.max_defect)),
+        'median_defect': float(np.median(info.max_defect)),
+        'num_reseeded': int(state.num_reseeded), 'first_step_s': round(first, 1),
+        'iteration_ms': round(1e3 * per_iteration, 1),
+        'total_s': round(time.perf_counter() - start_total, 1)}
     return theta, summary
 
 

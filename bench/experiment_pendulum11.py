@@ -133,8 +133,8 @@ SEED_TABLE2 = {
     ('csvgd', 'ms'): (5204.5336, 2773.1751, 0.0366),
 }
 
-QUICK = dict(num_particles=32, num_iterations=1000)
-FULL = dict(num_particles=100, num_iterations=2000)        # the seed's 100 particles, 2000 its
+QUICK = {'num_particles': 32, 'num_iterations': 1000}
+FULL = {'num_particles': 100, 'num_iterations': 2000}        # the seed's 100 particles, 2000 its
 
 
 class Problem(NamedTuple):
@@ -271,8 +271,8 @@ def evaluate(problem: Problem, theta) -> dict:
     sims, finite = predictive_trajectories(problem, theta)
     real = problem.test_obs / problem.metric_scale
     sims = sims[finite] / problem.metric_scale
-    out = dict(num_diverged=int(np.sum(~finite)), kl_real_sim=math.nan,
-               kl_sim_real=math.nan, mmd=math.nan)
+    out = {'num_diverged': int(np.sum(~finite)), 'kl_real_sim': math.nan,
+           'kl_sim_real': math.nan, 'mmd': math.nan}
     if sims.shape[0] >= 4:
         out['kl_real_sim'] = metrics.trajectory_kl(real, sims, 3, 3)
         out['kl_sim_real'] = metrics.trajectory_kl(real, sims, 3, 3, reverse=True)
@@ -374,10 +374,10 @@ def time_to_final_kl(problem: Problem, row: Row, tolerance: float = 0.05) -> dic
     threshold = final + tolerance * max(first - final, 0.0)
     for it, seconds, value in curve:
         if value <= threshold:
-            return dict(iteration=it, seconds=seconds,
-                        curve=[(it_, round(v, 1)) for it_, _, v in curve])
-    return dict(iteration=row.history[-1][0] if row.history else 0,
-                seconds=row.run_s, curve=[(it_, round(v, 1)) for it_, _, v in curve])
+            return {'iteration': it, 'seconds': seconds,
+                    'curve': [(it_, round(v, 1)) for it_, _, v in curve]}
+    return {'iteration': row.history[-1][0] if row.history else 0,
+            'seconds': row.run_s, 'curve': [(it_, round(v, 1)) for it_, _, v in curve]}
 
 
 # ------------------------------------------------------------------------------------------

@@ -158,8 +158,8 @@ def make_problem(num_links, samples):
         states, _ = variational.rollout(system, x0, fit_inputs, rho, DT, UNROLLED_ITERATIONS)
         return adjoint.trajectory_cost(ee_cost, ee_cost, states, targets, rho)
 
-    return loop, dict(cost=cost, adjoint=value_and_grad, autodiff=jax.jit(autodiff_grad),
-                      gauss_newton=gauss_newton, rollouts=rollouts)
+    return loop, {'cost': cost, 'adjoint': value_and_grad, 'autodiff': jax.jit(autodiff_grad),
+                  'gauss_newton': gauss_newton, 'rollouts': rollouts}
 
 
 def timed(f, *args, rollouts=None):
@@ -192,11 +192,11 @@ def run(num_links, samples, iterations, rho_start, autodiff=True):
         grad_diff = float(np.max(np.abs(g_adj - g_ad)) / max(np.max(np.abs(g_ad)), 1e-300))
     else:
         compile_ad = run_ad = grad_diff = float('nan')
-    common = dict(links=num_links, nq=loop.model.nv, samples=samples, cost0=float(cost0),
-                  setup_s=time.perf_counter() - start, rollout_s=rollout_s,
-                  adjoint_s=run_adj, autodiff_s=run_ad, gauss_newton_s=run_gn,
-                  compile_adjoint_s=compile_adj - run_adj,
-                  compile_autodiff_s=compile_ad - run_ad, grad_rel_diff=grad_diff)
+    common = {'links': num_links, 'nq': loop.model.nv, 'samples': samples, 'cost0': float(cost0),
+              'setup_s': time.perf_counter() - start, 'rollout_s': rollout_s,
+              'adjoint_s': run_adj, 'autodiff_s': run_ad, 'gauss_newton_s': run_gn,
+              'compile_adjoint_s': compile_adj - run_adj,
+              'compile_autodiff_s': compile_ad - run_ad, 'grad_rel_diff': grad_diff}
     rows = []
     for method, gn in (('armijo-SD', False), ('armijo-GN', True)):
         fit_start = time.perf_counter()
@@ -225,13 +225,13 @@ def lbfgs_fit(value_and_grad, rho_start, max_iterations):
     result = scipy.optimize.minimize(
         fun, np.asarray(rho_start, float), jac=True, method='L-BFGS-B',
         bounds=list(zip(LOWER, UPPER)),
-        options=dict(maxiter=max_iterations, gtol=1e-9),
+        options={'maxiter': max_iterations, 'gtol': 1e-9},
         callback=lambda intermediate_result: history.append(
             (float(intermediate_result.fun), intermediate_result.x.copy())))
     projected = result.x - np.clip(result.x - result.jac, LOWER, UPPER)
-    return dict(method='L-BFGS-B', iterations=int(result.nit), cost=float(result.fun),
-                k1=result.x[0], k2=result.x[1], grad_norm=float(np.linalg.norm(projected)),
-                history=history, fit_s=time.perf_counter() - start)
+    return {'method': 'L-BFGS-B', 'iterations': int(result.nit), 'cost': float(result.fun),
+            'k1': result.x[0], 'k2': result.x[1], 'grad_norm': float(np.linalg.norm(projected)),
+            'history': history, 'fit_s': time.perf_counter() - start}
 
 
 def main():

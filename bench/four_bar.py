@@ -127,9 +127,9 @@ def inverse_table(mech, params, q0, duration, amplitude=0.5, freq=0.5):
         print(f'{t[k]:>6.2f} {z[k, 0]:>15.4f} {res.u[k, 0]:>13.4f} {u_ref[k, 0]:>14.4f} '
               f'{1e3 * follow[k, 0]:>17.4f}')
     print('stage errors:', ' '.join(f'{e:.3g}' for e in res.stage_errors))
-    return dict(follow_max_mrad=1e3 * float(follow.max()),
-                torque_rms_err=float(np.sqrt(np.mean(torque_err**2))),
-                torque_peak=float(np.abs(u_ref).max()), inverse_wall_s=wall)
+    return {'follow_max_mrad': 1e3 * float(follow.max()),
+            'torque_rms_err': float(np.sqrt(np.mean(torque_err**2))),
+            'torque_peak': float(np.abs(u_ref).max()), 'inverse_wall_s': wall}
 
 
 def identification_table(steps, dt=0.005, window=6):

@@ -79,9 +79,9 @@ def time_csvgd_iteration(problem, num_particles: int, repeats: int = 10) -> dict
         state, _ = step(state, problem.train, None)
         jax.block_until_ready(state)
         times.append(time.perf_counter() - start)
-    return dict(particles=num_particles, compile_s=compile_s,
-                median_ms=1e3 * float(np.median(times)), min_ms=1e3 * float(np.min(times)),
-                load=os.getloadavg()[0])
+    return {'particles': num_particles, 'compile_s': compile_s,
+            'median_ms': 1e3 * float(np.median(times)), 'min_ms': 1e3 * float(np.min(times)),
+            'load': os.getloadavg()[0]}
 
 
 def speed_table(problem, quick: bool):
@@ -111,7 +111,7 @@ def experiment3(quick: bool):
         _say('\n(c) experiment 3 skipped: bench/experiment_mocap_box.py has no '
              'run_experiment3()')
         return None
-    sizes = dict(num_particles=16, num_iterations=150) if quick else {}
+    sizes = {'num_particles': 16, 'num_iterations': 150} if quick else {}
     _say(f'\n(c) experiment 3 (mocap box, CSVGD) {sizes or "default sizes"}')
     _, summary = run(**sizes)
     _say(str(summary))

@@ -183,9 +183,9 @@ def _window_stats(diag: Diagnostics) -> dict:
     def stat(f, a):
         return float(f(a)) if len(a) else float('nan')
 
-    return dict(windows=len(times), times=times, lags=lags,
-                inference_mean=stat(np.mean, times), inference_max=stat(np.max, times),
-                lag_mean=stat(np.mean, lags), lag_max=stat(np.max, lags))
+    return {'windows': len(times), 'times': times, 'lags': lags,
+            'inference_mean': stat(np.mean, times), 'inference_max': stat(np.max, times),
+            'lag_mean': stat(np.mean, lags), 'lag_max': stat(np.max, lags)}
 
 
 def _estimator_counts(diag: Diagnostics) -> dict:
@@ -193,8 +193,8 @@ def _estimator_counts(diag: Diagnostics) -> dict:
     est = diag.status('estimator')
     drops = [int(v) for k, v in diag.status('window buffer').items()
              if k.startswith('windows_dropped')]
-    return dict(processed=int(est.get('windows', 0)), divergences=int(est.get('divergences', 0)),
-                dropped=sum(drops))
+    return {'processed': int(est.get('windows', 0)), 'divergences': int(est.get('divergences', 0)),
+            'dropped': sum(drops)}
 
 
 def arm(diag: Diagnostics, folder: pathlib.Path, seconds: float) -> dict:
@@ -308,10 +308,10 @@ def _arm_errors(table: dict) -> dict:
     def largest(suffix):
         return max((e for n, e in errors.items() if n.endswith(suffix)), default=np.nan)
 
-    return dict(mass=errors.get('payload.mass', np.nan),
-                com=float(np.linalg.norm([errors.get(f'payload.com.{c}', np.nan)
-                                          for c in 'xyz'])),
-                damping=largest('.damping'), coulomb=largest('.coulomb'))
+    return {'mass': errors.get('payload.mass', np.nan),
+            'com': float(np.linalg.norm([errors.get(f'payload.com.{c}', np.nan)
+                                         for c in 'xyz'])),
+            'damping': largest('.damping'), 'coulomb': largest('.coulomb')}
 
 
 def _print_arm(a: dict) -> None:

@@ -66,8 +66,8 @@ def _read_child(path: str) -> None:
     start = time.perf_counter()
     segments = bags.read_bag(path, JOINTS, DataConfig(rate=RATE))
     wall = time.perf_counter() - start
-    print(json.dumps(dict(wall_s=wall, trajectories=len(segments),
-                          samples=sum(s.trajectory.num_samples for s in segments))))
+    print(json.dumps({'wall_s': wall, 'trajectories': len(segments),
+                      'samples': sum(s.trajectory.num_samples for s in segments)}))
 
 
 def bag_throughput(root: pathlib.Path, storage: str, minutes: int) -> dict:
@@ -84,10 +84,10 @@ def bag_throughput(root: pathlib.Path, storage: str, minutes: int) -> dict:
                           capture_output=True, text=True)
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     figures = json.loads(done.stdout.strip().splitlines()[-1])
-    return dict(storage=storage, messages=messages, size_mb=size / 1e6, write_s=write_s,
-                read_s=figures['wall_s'], msgs_per_s=messages / figures['wall_s'],
-                peak_mb=max(peak_kb, before) / 1024.0, trajectories=figures['trajectories'],
-                samples=figures['samples'])
+    return {'storage': storage, 'messages': messages, 'size_mb': size / 1e6, 'write_s': write_s,
+            'read_s': figures['wall_s'], 'msgs_per_s': messages / figures['wall_s'],
+            'peak_mb': max(peak_kb, before) / 1024.0, 'trajectories': figures['trajectories'],
+            'samples': figures['samples']}
 
 
 def fit_wall_time(root: pathlib.Path, quick: bool) -> dict:
@@ -114,8 +114,8 @@ def fit_wall_time(root: pathlib.Path, quick: bool) -> dict:
                      '--iterations', str(iterations)])
     wall = time.perf_counter() - start
     metrics = json.loads((root / 'fit' / 'metrics.json').read_text())
-    return dict(particles=particles, iterations=iterations, fit_s=wall, exit_code=code,
-                heldout_nmse=metrics['nmse'])
+    return {'particles': particles, 'iterations': iterations, 'fit_s': wall, 'exit_code': code,
+            'heldout_nmse': metrics['nmse']}
 
 
 def main(argv=None) -> int:

@@ -82,9 +82,9 @@ DATA = os.path.join(ROOT, '..', 'shared', 'data')
 CONFIG = os.path.join(ROOT, 'config')
 IBM_TRAIN_RUN = 0
 IBM_TEST_RUNS = tuple(range(1, 11))          # development range only; 11-20 stay untouched
-SEED_CSVGD = dict(kl_real_sim=5204.5, kl_sim_real=2773.2, mmd=0.0366)
-IBM_SIZES = {True: dict(num_particles=16, num_iterations=300),
-             False: dict(num_particles=32, num_iterations=1000)}
+SEED_CSVGD = {'kl_real_sim': 5204.5, 'kl_sim_real': 2773.2, 'mmd': 0.0366}
+IBM_SIZES = {True: {'num_particles': 16, 'num_iterations': 300},
+             False: {'num_particles': 32, 'num_iterations': 1000}}
 KUKA_REFERENCES = {'gaz2016': 'kuka_lwr4_gaz.urdf', 'flobaroid': 'kuka_lwr4_identified.urdf'}
 PANDA_SPLIT_S = 14.0                         # [s] fit before, predict after
 
@@ -153,9 +153,9 @@ def run_ibm(source: str, quick: bool, out: str) -> dict:
                           [label for label, _, _ in exp2.TABLE1],
                           bounds=[b for _, _, b in exp2.TABLE1],
                           title='IBM double pendulum: CSVGD posterior (seed Table 1)')
-    return dict(ibm_kl_real_sim=row.kl_real_sim, ibm_kl_sim_real=row.kl_sim_real,
-                ibm_mmd=row.mmd, ibm_diverged=row.num_diverged,
-                ibm_s=time.perf_counter() - start)
+    return {'ibm_kl_real_sim': row.kl_real_sim, 'ibm_kl_sim_real': row.kl_sim_real,
+            'ibm_mmd': row.mmd, 'ibm_diverged': row.num_diverged,
+            'ibm_s': time.perf_counter() - start}
 
 
 def run_ibm_cli(source: str, out: str) -> dict:
@@ -185,10 +185,10 @@ def run_ibm_cli(source: str, out: str) -> dict:
           f'{IBM_TEST_RUNS[0]}-{IBM_TEST_RUNS[-1]}, {scores["num_segments"]} segments of '
           f'{scores["horizon"]} steps')
     print_seed_comparison(scores)
-    return dict(ibm_cli_mmd=scores['mmd'], ibm_cli_kl_real_sim=scores['kl_real_sim'],
-                ibm_cli_kl_sim_real=scores['kl_sim_real'], ibm_cli_nmse=scores['nmse'],
-                ibm_cli_exit=code, ibm_cli_fit_s=fit_s,
-                ibm_cli_s=time.perf_counter() - start)
+    return {'ibm_cli_mmd': scores['mmd'], 'ibm_cli_kl_real_sim': scores['kl_real_sim'],
+            'ibm_cli_kl_sim_real': scores['kl_sim_real'], 'ibm_cli_nmse': scores['nmse'],
+            'ibm_cli_exit': code, 'ibm_cli_fit_s': fit_s,
+            'ibm_cli_s': time.perf_counter() - start}
 
 
 # ------------------------------------------------------------------------------------------
@@ -317,10 +317,10 @@ def run_kuka(source: str, out: str) -> dict:
           f'consistent: {bool(np.all(result.consistent))}, {result.wall_time:.1f} s')
     values = [mean for mean, _, _ in rows.values()]
     pooled = [error for _, _, error in rows.values()]
-    return dict(kuka_nrmse=values[0], kuka_pooled_rel_err=pooled[0],
-                kuka_nrmse_nominal=values[1], kuka_nrmse_ols=values[2],
-                kuka_nrmse_gaz2016=values[3], kuka_nrmse_flobaroid=values[4],
-                kuka_s=time.perf_counter() - start)
+    return {'kuka_nrmse': values[0], 'kuka_pooled_rel_err': pooled[0],
+            'kuka_nrmse_nominal': values[1], 'kuka_nrmse_ols': values[2],
+            'kuka_nrmse_gaz2016': values[3], 'kuka_nrmse_flobaroid': values[4],
+            'kuka_s': time.perf_counter() - start}
 
 
 def run_panda(source: str, out: str) -> dict:
@@ -344,8 +344,8 @@ def run_panda(source: str, out: str) -> dict:
     print(f'NEA: {result.iterations} Gauss-Newton steps, consistent: '
           f'{bool(np.all(result.consistent))}, {result.wall_time:.1f} s')
     values = list(rows.values())
-    return dict(panda_nrmse=values[0][0], panda_nrmse_erd=values[1][0],
-                panda_s=time.perf_counter() - start)
+    return {'panda_nrmse': values[0][0], 'panda_nrmse_erd': values[1][0],
+            'panda_s': time.perf_counter() - start}
 
 
 def main():
