@@ -1,4 +1,4 @@
-"""Simulation-based calibration (issue 17): do the intervals hold the truth as often as they claim?
+"""Simulation-based calibration: do the intervals hold the truth as often as they claim?
 
 For each case, truths are drawn uniformly from the configured bounds (the prior every method
 of the registry assumes), a recording is simulated for each, the recording is fitted with the

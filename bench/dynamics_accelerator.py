@@ -1,6 +1,6 @@
 """Throughput of the pure-JAX dynamics on JAX's default backend (a GPU where there is one).
 
-The pure-JAX path is the accelerator path (issue 18): this measures it, batch by batch, on
+The pure-JAX path is the accelerator path: this measures it, batch by batch, on
 the same work as `dynamics.py` (per-particle parameters, float64):
 
   * ABA evaluations per second at batches up to BATCHES[-1];

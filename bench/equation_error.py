@@ -1,4 +1,4 @@
-"""Equation error vs output error on the simulated Panda (issue 14 item 2).
+"""Equation error vs output error on the simulated Panda.
 
 The robot: example-robot-data's Panda (fingers locked) with config/panda.yaml's free
 parameters (link 6 mass; link 7 mass, COM and full inertia; viscous and Coulomb friction of

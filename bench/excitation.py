@@ -1,4 +1,4 @@
-"""Excitation benchmark (issue 20 item 3): does a designed trajectory identify the configured
+"""Excitation benchmark: does a designed trajectory identify the configured
 parameters faster than the random sum of sines?
 
 For each case the motion is designed once by `sysid excite` (`io.excitation.design`: the
@@ -102,7 +102,7 @@ RATE = 100.0                                 # [Hz] (heldout's 200 Hz doubles lm
 TRACKING_FREQUENCY = 2.0 * np.pi * 10.0      # [rad/s] of the computed-torque law
 DESIGN_EFFORT_SHARE = 0.9                    # [-] of the robot's effort limits
 DESIGN_SPEED_SHARE = 0.9                     # [-] of the arm's speed limits (tracking overshoot)
-SEED_SALT = 20                               # issue number
+SEED_SALT = 20                               # salt of the seeds
 GOAL_SECONDS_RATIO = 0.5                     # [-] the issue's goal on the arm
 AMPLITUDE_BISECTIONS = 12
 EQUATION_FILTER_S = 0.05                     # [s] config/panda_live.yaml's filter_window

@@ -1,4 +1,4 @@
-"""Held-out identification benchmark (issue 16: identification that works out of the box).
+"""Held-out identification benchmark: identification that works out of the box.
 
 Recordings come from an independent simulator, MuJoCo (`bench/heldout_mujoco.py`), never from
 this package's dynamics, with hidden parameters drawn at random within bounds on each run.
@@ -87,7 +87,7 @@ PANDA_AMPLITUDE = np.array([0.5, 0.3, 0.5, 0.4, 0.6, 0.4, 0.8])        # [rad] r
 PAYLOAD_MASS_BOUNDS = (0.0, 5.0)                                     # [kg]
 PAYLOAD_OFFSET_BOUNDS = (np.array([-0.1, -0.1, -0.05]), np.array([0.1, 0.1, 0.15]))  # [m]
 DAMPING_BOUNDS_ARM = (0.0, 2.0)                                      # [N m s/rad]
-SEED_SALT = 16                                            # issue number
+SEED_SALT = 16                                            # salt of the seeds
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""MuJoCo side of the held-out benchmark (`bench/heldout.py`, issue 16).
+"""MuJoCo side of the held-out benchmark (`bench/heldout.py`).
 
 This module owns everything that runs in MuJoCo, the simulator that is independent of this
 package's dynamics:

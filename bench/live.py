@@ -1,4 +1,4 @@
-"""Live benchmark (issues 7 and 14): `sim_robot` and `estimator` as separate processes.
+"""Live benchmark: `sim_robot` and `estimator` as separate processes.
 
   (a) The arm: the 7-DOF Panda of `config/panda_live.yaml` (`sim_robot` at 1 kHz, joint-space
       sines inside the limits, hidden viscous + Coulomb friction and a rigid 1 kg payload

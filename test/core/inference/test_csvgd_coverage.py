@@ -1,4 +1,4 @@
-"""CSVGD's intervals hold the truth as often as they claim (issue 17), on a case small enough
+"""CSVGD's intervals hold the truth as often as they claim, on a case small enough
 for the default run: the seed's double pendulum with two unknown link lengths (0.4 s released
 from rest, noise 0.01 on every state sample but the start, which single shooting takes as
 measured), TRUTHS random truths fitted at once (one program, vmapped over the truths) with the
