@@ -56,8 +56,13 @@ def linearize_step(system: MechanicalSystem, x, x_next, multiplier, u, rho, dt):
     """A_k (2nq, 2nq) and B_k (2nq, np) of one variational step (eqs. 6-8).
 
     Args:
-      x, x_next: (2 nq,) states [q; p] at k and k+1 (from `variational.rollout`).
-      multiplier: (nh,) lam_k of the step; u: the step's input; rho: (np,) parameters.
+      system: the mechanical system (static).
+      x: (2 nq,) state [q; p] at k (from `variational.rollout`).
+      x_next: (2 nq,) state at k + 1.
+      multiplier: (nh,) lam_k of the step.
+      u: the step's input.
+      rho: (np,) parameters.
+      dt: time step [s].
     """
     nq = system.nq
     z, residual, momentum = _step_functions(system, x_next, multiplier, u, dt)
@@ -126,8 +131,16 @@ def step_tangent(system: MechanicalSystem, x, x_next, multiplier, u, rho, dt, dx
     (eqs. 6-8).
 
     Args:
-      dx: (2nq,) state tangent; drho: (np,) parameter tangent; or (2nq, k) and (np, k)
-        for k columns at once (one linearisation, one solve).
+      system: the mechanical system (static).
+      x: (2 nq,) state [q; p] at k (from `variational.rollout`).
+      x_next: (2 nq,) state at k + 1.
+      multiplier: (nh,) lam_k of the step.
+      u: the step's input.
+      rho: (np,) parameters.
+      dt: time step [s].
+      dx: (2nq,) state tangent, or (2nq, k) for k columns at once (one linearisation, one
+        solve).
+      drho: (np,) parameter tangent, or (np, k).
     """
     nq = system.nq
     z, residual, momentum, solve = _step_equations(system, x, x_next, multiplier, u, rho, dt)
@@ -158,8 +171,11 @@ def trajectory_cost(running_cost: Callable, terminal_cost: Callable, states, tar
     """J = sum_{k=1}^{kf} l(x_k, target_k, rho) + m(x_kf, target_kf, rho).
 
     Args:
-      running_cost, terminal_cost: (x (2nq,), target (pytree), rho) -> scalar.
-      states: (kf + 1, 2 nq) rollout states; targets: pytree with leading axis kf + 1.
+      running_cost: (x (2nq,), target (pytree), rho) -> () l.
+      terminal_cost: (x (2nq,), target (pytree), rho) -> () m.
+      states: (kf + 1, 2 nq) rollout states.
+      targets: pytree with leading axis kf + 1.
+      rho: (np,) parameters.
     """
     last = jax.tree_util.tree_map(lambda t: t[-1], targets)
     rest = jax.tree_util.tree_map(lambda t: t[1:], targets)
@@ -173,8 +189,15 @@ def adjoint_gradient(system: MechanicalSystem, running_cost: Callable, terminal_
     (mu_k A_k and mu_k B_k by `step_cotangent`, matrix-free).
 
     Args:
-      states, info: `variational.rollout` output for (inputs, rho) (states (kf+1, 2nq)).
-      inputs: the rollout's per-step inputs (leading axis kf); targets: as `trajectory_cost`.
+      system: the mechanical system (static).
+      running_cost: as in `trajectory_cost`.
+      terminal_cost: as in `trajectory_cost`.
+      states: (kf + 1, 2nq) `variational.rollout` states for (inputs, rho).
+      info: the rollout's `VariationalInfo`.
+      inputs: the rollout's per-step inputs (leading axis kf).
+      targets: as in `trajectory_cost`.
+      rho: (np,) parameters.
+      dt: time step [s].
     """
     kf = states.shape[0] - 1
     d_running = jax.grad(running_cost, argnums=(0, 2))
@@ -207,9 +230,13 @@ def forward_sensitivities(system: MechanicalSystem, states, info: variational.Va
     there are few parameters.
 
     Args:
-      states, info: `variational.rollout` output for (inputs, rho); inputs: leading axis kf.
+      system: the mechanical system (static).
+      states: (kf + 1, 2nq) `variational.rollout` states for (inputs, rho).
+      info: the rollout's `VariationalInfo`.
+      inputs: the rollout's per-step inputs (leading axis kf).
+      rho: (np,) parameters.
+      dt: time step [s].
     """
-
     eye = jnp.eye(rho.shape[0], dtype=states.dtype)
 
     def forward(S, k):
@@ -232,8 +259,10 @@ def gauss_newton_system(output: Callable, states, targets, sensitivities,
 
     Args:
       output: x (2nq,) -> (m,) the fitted output (end-effector position, joint angles, ...).
-      states: (kf + 1, 2nq); targets: (kf + 1, m); sensitivities: (kf + 1, 2nq, np) from
-        `forward_sensitivities`.
+      states: (kf + 1, 2nq) rollout states.
+      targets: (kf + 1, m) targets of the output.
+      sensitivities: (kf + 1, 2nq, np) from `forward_sensitivities`.
+      terminal: count the last step once more (the terminal term).
     """
     r = jax.vmap(output)(states[1:]) - targets[1:]
     J = jax.vmap(lambda x, S: jax.jacfwd(output)(x) @ S)(states[1:], sensitivities[1:])

@@ -30,9 +30,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core.model import builders
 from sysid_ros.core.constrained import constraints
 from sysid_ros.core.dynamics import kinematics
+from sysid_ros.core.model import builders
 from sysid_ros.core.model.types import Params, RobotModel
 
 
@@ -102,7 +102,11 @@ def anchor_motion(cup: BallInCup, anchor, q, qd, qdd):
     (qd, qdd) (`constraints.along_path`).
 
     Args:
-      anchor: (3,) anchor in the frame of body `cup.body` [m]; q, qd, qdd: (na,) joint state.
+      cup: the arm and the string model's constants.
+      anchor: (3,) anchor in the frame of body `cup.body` [m].
+      q: (na,) joint positions [rad].
+      qd: (na,) joint velocities [rad/s].
+      qdd: (na,) joint accelerations [rad/s^2].
     """
     def position(q):
         R, p = kinematics.forward_kinematics(cup.model, cup.params, q)
@@ -123,8 +127,11 @@ def ball_acceleration(cup: BallInCup, string: StringParams, ball, ball_velocity,
     """Ball acceleration (3,) [m/s^2]: gravity, drag and the string force per unit mass.
 
     Args:
-      ball, ball_velocity: (3,) world position [m] and velocity [m/s]; anchor: (3, 3) rows
-        [p; v; a] of the anchor (`anchor_motion`).
+      cup: the arm and the string model's constants.
+      string: the string parameters.
+      ball: (3,) world position [m].
+      ball_velocity: (3,) world velocity [m/s].
+      anchor: (3, 3) rows [p; v; a] of the anchor (`anchor_motion`).
     """
     f = constraints.string_tension_force(
         ball, ball_velocity, anchor[0], anchor[1], anchor[2], string.length, 1.0,
@@ -144,7 +151,11 @@ def simulate(cup: BallInCup, string: StringParams, ball0, anchors, dt):
     """RK4 rollout of the ball, (T + 1, 6) states [p; v] with ball0 (6,) first.
 
     Args:
-      anchors: (T + 1, 3, 3) anchor motion at the sample times (`anchor_motion`); dt: [s].
+      cup: the arm and the string model's constants.
+      string: the string parameters.
+      ball0: (6,) initial ball state [p; v] [m, m/s].
+      anchors: (T + 1, 3, 3) anchor motion at the sample times (`anchor_motion`).
+      dt: sample period [s].
     """
     def derivative(x, anchor):
         return jnp.concatenate([x[3:], ball_acceleration(cup, string, x[:3], x[3:], anchor)])
@@ -168,7 +179,9 @@ def smoothed_velocity(positions, dt, half_width: int):
     2 w + 1 samples (Savitzky-Golay first derivative: sum_k k x_{i+k} / (dt sum_k k^2)).
 
     Args:
-      positions: (T, 3) [m]; dt: [s]; half_width: w >= 1 (static).
+      positions: (T, 3) [m].
+      dt: sample period [s].
+      half_width: w >= 1 (static).
     """
     k = jnp.arange(-half_width, half_width + 1, dtype=positions.dtype)
     count = positions.shape[0] - 2 * half_width
@@ -240,8 +253,12 @@ def window_residual(cup: BallInCup, string: StringParams, start, joints, ball, d
     """Simulated minus measured ball positions (H, 3) [m] of one window.
 
     Args:
-      start: (6,) ball state [p; v] at the window's first sample; joints: (H + 1, 3 na);
+      cup: the arm and the string model's constants.
+      string: the string parameters.
+      start: (6,) ball state [p; v] at the window's first sample.
+      joints: (H + 1, 3 na) arm joint data [q, qd, qdd].
       ball: (H + 1, 3) measured positions (the first one is not compared).
+      dt: sample period [s].
     """
     anchors = anchor_motions(cup, string.anchor, joints)
     return simulate(cup, string, start, anchors, dt)[1:, :3] - ball[1:]
@@ -375,6 +392,7 @@ def synthetic_data(cup: BallInCup, string: StringParams, samples: int, dt: float
     anchor0 = anchor_motion(cup, string.anchor, q[0], qd[0], qdd[0])
     hanging = anchor0[0] + string.length * jnp.array([0.0, 0.0, -1.0])
     ball0 = jnp.concatenate([hanging, jnp.zeros(3)])
+
     @jax.jit
     def fine_rollout(joints, ball0):
         anchors = anchor_motions(cup, string.anchor, joints)

@@ -24,12 +24,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core.model import builders
-from sysid_ros.core.dynamics import rigid_body
 from sysid_ros.core.dynamics import kinematics
-from sysid_ros.core.model import spatial
+from sysid_ros.core.dynamics import rigid_body
 from sysid_ros.core.dynamics import variational
-from sysid_ros.core.model.types import REVOLUTE, Params, RobotModel
+from sysid_ros.core.model import builders
+from sysid_ros.core.model import spatial
+from sysid_ros.core.model.types import Params, REVOLUTE, RobotModel
 
 AXES = {'x': (1.0, 0.0, 0.0), 'y': (0.0, 1.0, 0.0), 'z': (0.0, 0.0, 1.0)}
 
@@ -184,8 +184,8 @@ def clamp_constraint(loop: FlexibleLoop, q):
     for branch, body in enumerate(loop.tips):
         tip = p[body] + R[body] @ offset
         parts.append(tip - jnp.asarray(loop.clamp_position[branch], p.dtype))
-        parts.append(orientation_error(R[body], jnp.asarray(loop.clamp_rotation[branch],
-                                                           p.dtype)))
+        clamp = jnp.asarray(loop.clamp_rotation[branch], p.dtype)
+        parts.append(orientation_error(R[body], clamp))
     return jnp.concatenate(parts)
 
 
@@ -404,13 +404,18 @@ def string_tension_force(ball, ball_velocity, anchor, anchor_velocity, anchor_ac
     every argument and parameter.
 
     Args:
-      ball, ball_velocity: (3,) ball position [m] and velocity [m/s] (world).
-      anchor, anchor_velocity, anchor_acceleration: (3,) string attachment point on the end
-        effector, its velocity and acceleration (world).
-      length: string length [m]; mass: ball mass [kg].
+      ball: (3,) ball position [m] (world).
+      ball_velocity: (3,) ball velocity [m/s] (world).
+      anchor: (3,) string attachment point on the end effector [m] (world).
+      anchor_velocity: (3,) its velocity [m/s].
+      anchor_acceleration: (3,) its acceleration [m/s^2].
+      length: string length [m].
+      mass: ball mass [kg].
+      gravity: (3,) gravity [m/s^2] (world).
       sharpness: [1/m] slope of the taut switch (and [s^2/m] of the pull-only switch).
-      frequency: Baumgarte frequency w [rad/s]; slack_tolerance: [m] shift of the taut
-        switch so that it is (almost) fully on at |r| = length.
+      frequency: Baumgarte frequency w [rad/s].
+      slack_tolerance: [m] shift of the taut switch so that it is (almost) fully on at
+        |r| = length.
     """
     r = ball - anchor
     r_dot = ball_velocity - anchor_velocity

@@ -23,8 +23,8 @@ independent coordinates by projection with R = dq'/dz' (eq 15).
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import field
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -38,7 +38,7 @@ class MechanismError(ValueError):
 
 
 def _static(**kwargs):
-    return field(metadata=dict(static=True), **kwargs)
+    return field(metadata={'static': True}, **kwargs)
 
 
 @jax.tree_util.register_dataclass
@@ -540,7 +540,7 @@ def check_configuration(mech: Mechanism, q, z=None, qd=None, tol=1e-6) -> None:
         for c, k in enumerate(mech.angle_bars):
             ang = np.arctan2(d[k, 1], d[k, 0])
             if abs(h[c]) > tol or np.cos(ang - z[c]) < 0:
-                raise MechanismError(f"initial state off the constraint manifold: bar "
+                raise MechanismError('initial state off the constraint manifold: bar '
                                      f"'{mech.bar_names[k]}' is at angle {ang:.6g} rad, "
                                      f'its coordinate z is {z[c]:.6g} rad')
         g_q, _ = link_jacobians(mech, jnp.asarray(q), jnp.asarray(z))
@@ -559,5 +559,5 @@ def check_configuration(mech: Mechanism, q, z=None, qd=None, tol=1e-6) -> None:
         v = np.asarray(constraint_jacobian(mech, jnp.asarray(q))) @ np.asarray(qd, dtype=float)
         k = int(np.argmax(np.abs(v)))
         if abs(v[k]) > tol * max(1.0, mech.bar_lengths[k]):
-            raise MechanismError(f"initial velocity off the constraint manifold: bar "
+            raise MechanismError('initial velocity off the constraint manifold: bar '
                                  f"'{mech.bar_names[k]}' stretches at {v[k]:.6g} m^2/s")

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sysid_ros.core.dynamics import networks
-from sysid_ros.core.model.types import PRISMATIC, Params, RobotModel
+from sysid_ros.core.model.types import Params, PRISMATIC, RobotModel
 
 # Velocity scale of the smooth sign tanh(qd / eps) [rad/s or m/s]. Below about eps the Coulomb
 # torque fades linearly to zero, so the ODE stays smooth (integrators keep their order, gradients
@@ -49,7 +49,7 @@ DEFAULT_EPS = 1e-2
 
 
 def smooth_sign(qd, eps=DEFAULT_EPS):
-    """tanh(qd / eps): a smooth, odd sign; sign-exact (qd * smooth_sign(qd) >= 0 in floats)."""
+    """The smooth, odd sign tanh(qd / eps), sign-exact (qd times it is >= 0 in floats)."""
     return jnp.tanh(qd / eps)
 
 
@@ -106,7 +106,11 @@ def coulomb_viscous(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_
     """Coulomb and viscous friction, tau = u - offset - damping qd - coulomb tanh(qd / eps).
 
     Args:
-      model, params, q, qd, u: as in `ideal`.
+      model: static tree.
+      params: physical parameters.
+      q: (nv,) joint positions [rad, m].
+      qd: (nv,) joint velocities [rad/s, m/s].
+      u: (nv,) commanded joint torques/forces [N m, N].
       eps: velocity scale of the smooth sign [rad/s or m/s], see `DEFAULT_EPS`.
     """
     del model, q
@@ -121,7 +125,11 @@ def stribeck(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS):
     vs = stribeck[:, 1] [rad/s, m/s]; a joint with vs = 0 has no Stribeck term.
 
     Args:
-      model, params, q, qd, u: as in `ideal`.
+      model: static tree.
+      params: physical parameters.
+      q: (nv,) joint positions [rad, m].
+      qd: (nv,) joint velocities [rad/s, m/s].
+      u: (nv,) commanded joint torques/forces [N m, N].
       eps: velocity scale of the smooth sign [rad/s or m/s], see `DEFAULT_EPS`.
     """
     del model, q
@@ -149,8 +157,12 @@ def nn_friction(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS)
     qd . tau_f is <= 0 too.
 
     Args:
-      model, params, q, qd, u: as in `ideal`; `params.network` holds the weights made by
+      model: static tree.
+      params: physical parameters; `params.network` holds the weights made by
         `init_network(key, model, 'nn_friction')`.
+      q: (nv,) joint positions [rad, m].
+      qd: (nv,) joint velocities [rad/s, m/s].
+      u: (nv,) commanded joint torques/forces [N m, N].
       eps: velocity scale of the smooth sign [rad/s or m/s], see `DEFAULT_EPS`.
     """
     nv = model.nv

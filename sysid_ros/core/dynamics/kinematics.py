@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sysid_ros.core.model import spatial
-from sysid_ros.core.model.types import PRISMATIC, Params, RobotModel
+from sysid_ros.core.model.types import Params, PRISMATIC, RobotModel
 
 
 def motion_subspace(model: RobotModel, i: int) -> np.ndarray:

@@ -25,7 +25,7 @@ import numpy as np
 from sysid_ros.core.dynamics import kinematics
 from sysid_ros.core.dynamics.kinematics import joint_transform, subspace_dot, subspace_times
 from sysid_ros.core.model import blocks, spatial
-from sysid_ros.core.model.types import PRISMATIC, Params, RobotModel
+from sysid_ros.core.model.types import Params, PRISMATIC, RobotModel
 
 
 def _link_transforms(model: RobotModel, params: Params, q):

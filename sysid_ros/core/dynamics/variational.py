@@ -31,8 +31,8 @@ import jax.scipy.linalg
 import numpy as np
 
 from sysid_ros.core.dynamics import actuators
-from sysid_ros.core.dynamics import rigid_body
 from sysid_ros.core.dynamics import kinematics
+from sysid_ros.core.dynamics import rigid_body
 from sysid_ros.core.model import spatial
 from sysid_ros.core.model.types import Params, RobotModel
 
@@ -125,10 +125,12 @@ def model_system(model: RobotModel, params: Params, stiffness: Callable,
     rest at q = 0).
 
     Args:
-      model, params: the tree and its (fixed) physical parameters.
+      model: static tree.
+      params: its (fixed) physical parameters.
       stiffness: rho (np,) -> (nv,) joint spring stiffness [N m/rad, N/m].
       force: generalized force (q, qd, u, rho) -> (nv,) (see `MechanicalSystem`).
-      constraint: q -> (nh,) holonomic constraints; nh: their number.
+      constraint: q -> (nh,) holonomic constraints.
+      nh: the number of constraints.
     """
     def lagrangian(q, qd, rho):
         springs = 0.5 * jnp.sum(stiffness(rho) * q**2)

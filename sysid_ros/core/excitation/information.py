@@ -31,6 +31,7 @@ from sysid_ros.core.dynamics.control import command_torque
 from sysid_ros.core.model.parameters import ParameterSpec
 from sysid_ros.core.model.types import Params, RobotModel
 
+
 def fisher_information(model: RobotModel, spec: ParameterSpec, base: Params, theta, q, qd,
                        qdd, accel_std, weight=1.0, actuator='viscous'):
     """Fisher information of `theta` from the motion (q, qd, qdd) (module doc).

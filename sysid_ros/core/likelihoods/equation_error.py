@@ -245,7 +245,7 @@ def filter_samples(q, qd, tau, dt: float, num_taps: int) -> dict[str, np.ndarray
     smooth, slope = savitzky_golay_kernels(num_taps, dt)
     q, qd, tau = (np.asarray(a, dtype=float) for a in (q, qd, tau))
     if q.shape[0] < num_taps:
-        raise ValueError(f'equation error: {q.shape[0]} samples, fewer than the filter\'s '
+        raise ValueError(f"equation error: {q.shape[0]} samples, fewer than the filter's "
                          f'{num_taps} taps')
     at_instants = np.concatenate([tau[:1], 0.5 * (tau[1:] + tau[:-1])])
     out = {'q': _fir(q, smooth), 'qd': _fir(qd, smooth), 'qdd': _fir(qd, slope),
@@ -328,8 +328,8 @@ def fit_noise_std(setting: EquationErrorLikelihood, spec: ParameterSpec, base_pa
         return jnp.clip(theta + width * dz, lower, upper), None
 
     theta = jax.lax.scan(step, theta0, None, length=iterations)[0]
-    noise = residual_noise_std(torque_residuals(setting, spec.to_params(theta, base_params),
-                                              data), theta.size)
+    residuals = torque_residuals(setting, spec.to_params(theta, base_params), data)
+    noise = residual_noise_std(residuals, theta.size)
     return noise, theta
 
 

@@ -8,7 +8,7 @@ links hang straight down (-z).
 import jax.numpy as jnp
 import numpy as np
 
-from sysid_ros.core.model.types import PRISMATIC, REVOLUTE, Params, RobotModel
+from sysid_ros.core.model.types import Params, PRISMATIC, REVOLUTE, RobotModel
 
 GRAVITY = (0.0, 0.0, -9.81)
 
@@ -17,7 +17,10 @@ def rod_inertial(mass: float, length: float, radius: float, direction) -> np.nda
     """(10,) inertial vector of a uniform solid cylinder from the body origin along `direction`.
 
     Args:
-      mass: [kg]; length: [m]; radius: [m]; direction: (3,) unit vector in the body frame.
+      mass: [kg].
+      length: [m].
+      radius: [m].
+      direction: (3,) unit vector in the body frame.
     """
     d = np.asarray(direction, dtype=float)
     com = 0.5 * length * d
@@ -61,8 +64,14 @@ def chain(num_links: int, lengths=1.0, masses=1.0, radius=0.02, damping=0.0,
     """Serial chain of `num_links` revolute joints about `axis`, links hanging along -z.
 
     Args:
-      lengths, masses: scalar or (num_links,) link lengths [m] and masses [kg].
-      radius: rod radius [m]; damping: scalar or (num_links,) viscous damping [N m s/rad].
+      num_links: number of links and joints.
+      lengths: scalar or (num_links,) link lengths [m].
+      masses: scalar or (num_links,) link masses [kg].
+      radius: rod radius [m].
+      damping: scalar or (num_links,) viscous damping [N m s/rad].
+      axis: (3,) joint axis of every joint in its joint frame.
+      name: model name (default `chain<num_links>`).
+      dtype: float dtype of the parameters.
     """
     lengths = np.broadcast_to(np.asarray(lengths, dtype=float), (num_links,))
     masses = np.broadcast_to(np.asarray(masses, dtype=float), (num_links,))

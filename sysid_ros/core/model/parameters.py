@@ -513,7 +513,7 @@ def make_parameter_spec(model: RobotModel,
             raise ValueError(f'payload: body {payload.body} is not a body of model '
                              f'{model.name!r} ({model.num_bodies} bodies)')
         if PAYLOAD in model.link_names:
-            raise ValueError(f'{PAYLOAD}: the model has a link of that name; a payload\'s '
+            raise ValueError(f"{PAYLOAD}: the model has a link of that name; a payload's "
                              'parameters would be ambiguous')
     init = dict(init or {})
     names, bodies, attributes, lowers, uppers = [], [], [], [], []

@@ -28,7 +28,7 @@ JOINT_TYPES = (REVOLUTE, PRISMATIC)
 
 
 def _static(**kwargs):
-    return field(metadata=dict(static=True), **kwargs)
+    return field(metadata={'static': True}, **kwargs)
 
 
 @jax.tree_util.register_dataclass
