@@ -83,11 +83,11 @@ def test_joint_state_encoder_matches_rosbags_serialiser():
         values = rng.normal(size=(3, len(names)))
         for t_ns in (0, 3_000_000_005, 1_732_000_000_123_456_789):
             msg = types['sensor_msgs/msg/JointState'](
-                header=types['std_msgs/msg/Header'](stamp=bags._stamp(types, t_ns),
+                header=types['std_msgs/msg/Header'](stamp=bag_writer._stamp(types, t_ns),
                                                     frame_id=''),
                 name=names, position=values[0], velocity=values[1], effort=values[2])
             expected = bytes(store.serialize_cdr(msg, 'sensor_msgs/msg/JointState'))
-            assert bags._JointStateEncoder(names).encode(t_ns, *values.tolist()) == expected
+            assert bag_writer._JointStateEncoder(names).encode(t_ns, *values.tolist()) == expected
 
 
 def test_writer_refuses_existing_path_and_bad_input(tmp_path):
@@ -288,7 +288,7 @@ def test_reader_drops_repeated_and_late_stamps_across_chunks(tmp_path, monkeypat
                                      typestore=get_typestore(Stores.LATEST))
         for i, k in enumerate(order):
             writer.write(conn, recorded[0][1] + i, recorded[k][2])
-    monkeypatch.setattr(bags, '_CHUNK', 50)                     # cuts fall between them
+    monkeypatch.setattr(bags, 'CHUNK', 50)                     # cuts fall between them
     clean = bags.read_bag(tmp_path / 'clean', NAMES, _data())
     with pytest.warns(UserWarning, match='dropped 2 messages'):
         messy = bags.read_bag(tmp_path / 'messy', NAMES, _data())
