@@ -25,19 +25,6 @@ Usage:
 key=value ...` with per likelihood (ee, oe): lm_wall_s, lm_step_s, lm_iterations,
 csvgd_step_s, the median and largest |error| / std of lm, the payload (link-7 mass) error
 [kg], and the median ratio of the lm stds (ee / oe) when both ran.
-
-Measured (loaded 2-core box, seed 0, 8 particles): --quick (10 s, one rk4 step per sample):
-equation error lm 33 s per fit (8 steps, 0.027 s each), csvgd 0.052 s per step; output
-error lm 261 s (30 steps, 5.7 s each), csvgd 0.52 s per step after a 5.5 min compile; lm's
-std median 630 times smaller for output error (the recording comes from its own simulator),
-|error| / std median 1.2 (ee) and 0.9 (oe), largest 2.5 and 2.4. With --duration 20 the
-equation error's wrist friction came out 3-7.7 stds off (joint 7 Coulomb 0.104 for 0.116):
-rk4 at 200 Hz chatters through joint 7's stiff Coulomb reversals; recorded with
---substeps 20 (4 kHz) its largest |error| / std is 2.2, payload mass 2.507 +- 0.009 kg for
-2.496 (lm 24 s, csvgd 0.048 s per step); output error on that recording (its rk4 at 200 Hz
-no longer the truth's): 2.4963 +- 0.0007 kg, largest |error| / std 6.5 (link-7 izz), loss
-3.3, lm not converged after 30 steps of 13 s (473 s), csvgd 0.38 s per step.
-
 """
 
 from __future__ import annotations

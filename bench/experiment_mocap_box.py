@@ -43,16 +43,6 @@ Set-up, and where it departs from the seed:
   * Likelihood noise `LIKELIHOOD_NOISE` per coordinate (wider than the sensor noise: a
     smoother posterior, as the seed tunes it per method).
 
-Measured (16 particles, 2 s = 200 steps in 5 windows, 2-core CPU shared with other jobs):
-the Panda likelihood gradient compiles in 30-150 s, an iteration takes 0.23-0.8 s. With the
-controller simulated ('targets'), every run put 2-3 particles within RADIUS of each of the two
-assignments and all particles on balanced configurations (median |w1 + w2 - truth| of a few
-mm); the remaining particles spread over configurations that differ in the second moment of
-the weights, which this short trajectory identifies only weakly (in the multiple-shooting
-relaxation even less: 600-1000 iterations left median defects of 0.05-0.1 state scales).
-Single shooting (W = 1, possible because the closed loop is stable) reached a higher median
-log-likelihood but, in the one run made, no particle at the swapped assignment.
-
 Usage:
   python -m bench.experiment_mocap_box [--particles P] [--iterations N] [--steps T]
       [--windows W] [--seed S] [--controls targets|torques]

@@ -19,15 +19,6 @@ adjoint and tangent passes are matrix-free (`adjoint.step_cotangent`/`step_tange
 line search's accepted rollout is reused by the next gradient. The autodiff comparison
 differentiates a rollout with a fixed 12 Newton iterations.
 
-Why steepest descent does not recover k1, k2 (measured on the 6-link loop, 200 samples):
-the minimum at the truth is sharp and unique on a grid (cost 2e-28 there, 0.07 at
-k2 = 0.25, 1.4 at k1 = 8), so the stiffnesses are identifiable at this excitation, but the
-cost is about 10x more curved along k1 than along k2 and the rollout fails (NaN, counted as
-no decrease) for soft loops (k1 <= 2 with k2 <= 1): steepest descent zig-zags across the
-k1 valley and creeps along k2. Log-coordinates would make this worse (they scale k1's
-curvature by k1^2 ~ 20); the Gauss-Newton direction uses the curvature and converges in a
-few iterations.
-
 Seed anchors (real Baxter data, trep, a MacBook Air): 12 links (31 configuration variables),
 2000 samples: 219.05 min, 75 iterations, cost 2.135 -> 1.107; 6 links (19 variables): 61.01
 min. Run: python -m bench.flexible_loop [--quick] [--links 12 6] [--samples 2000]

@@ -20,21 +20,6 @@ how far the carried session's posterior mean lies from the full one's, in poster
 start lies from the converged profile was measured by replaying a live session's particle
 paths (docs/design/core.md).
 
-Measured (seed 1, 8 windows, the 2-core machine under a load of 7-10, one run; seconds per
-window, median of windows 1-7, update / of it in the jitted steps):
-
-  measured 3.30 / 2.84, full 6.75 / 6.71, carried 3.46 / 3.34.
-
-The full profile's two forward-mode Jacobians (4 tangents through the 100-step rollout) cost
-more than the step's own rollout and gradient: per step 87 ms measured, 145-200 ms with one
-Gauss-Newton step, 260-390 ms with two (`PROFILE_ITERATIONS`), 30 steps a window. Carried,
-a window pays PROFILE_ITERATIONS Jacobians on its first step and one more at each of its two
-refreshes, about 1.05x the measured start here. Neither start meets a 1 s hop on this loaded
-machine. After 8 windows the two profiled sessions' means differed by 0.3-1.1 stds of the
-full one's for three parameters, and by 15 for joint1.damping, whose full-profile std was 16
-times narrower than the carried one's (the chaotic pendulum amplifies any difference between
-sessions; `bench/calibration.py --online` judges which is calibrated).
-
 Usage:
   .venv/bin/python -m bench.profiled_start [--windows 8] [--seed 1]
 Last line: `RESULT profiled_start key=value ...` (seconds per window, medians).

@@ -16,10 +16,6 @@ is printed in noise stds (`--noise`; `sim_robot`'s default 1e-3 rad/s):
   period means             each period's exact mean command, held
   held stamp values        the stamp values held over the period (`torque_samples: held`)
 
-The integration step's tolerance (`io.integration_step`) is 0.01 noise stds: every row above
-it is model error that a finer step does not remove. Measured 2026-11-28 (seeds 0 and 1):
-2.2 / 5.2, 2.3 / 5.1, 0.50 / 0.82, 0.13 / 0.42, 0.40 / 0.53, 20 / 46.
-
     python -m bench.torque_timing [--config config/double_pendulum_live.yaml] [--seeds 0 1]
                                   [--quick]
 """
