@@ -1,4 +1,6 @@
-"""Factors of seed 003 section 6 as `gtsam.CustomFactor`s with residuals and Jacobians from JAX.
+"""Multibody factors (Blanco-Claraco et al. 2021, section 6) as `gtsam.CustomFactor`s.
+
+Residuals and their Jacobians come from JAX.
 
 Every variable is a `gtsam` vector. A factor is a residual function `r(*variables, *constants)`
 written in JAX; `jax.jacfwd` gives its Jacobians, and one jitted call returns the residual and
@@ -36,7 +38,7 @@ def prior_residual(x, mean):
 
 
 def equality_residual(x0, x1):
-    """Soft equality between consecutive states (seed section 5.2): x1 - x0."""
+    """Soft equality between consecutive states (the paper's section 5.2): x1 - x0."""
     return x1 - x0
 
 

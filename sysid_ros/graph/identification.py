@@ -1,7 +1,9 @@
-"""Online identification of mechanism parameters in the factor graph (beyond seed 003).
+"""Online identification of mechanism parameters in the factor graph.
+
+An extension of Blanco-Claraco et al. 2021, whose graphs hold no parameter variables.
 
 A parameter variable p (key 'p'), e.g. [rocker mass, crank friction], joins every dynamics factor
-of a dependent-coordinate graph (seed Fig 2); noisy sensors (angle encoders on the angle bars,
+of a dependent-coordinate graph (the paper's Fig 2); sensors (angle encoders on the angle bars,
 optionally gyroscopes on bars) enter as measurement factors. A fixed-lag smoother (iSAM2 by
 default, see `smoother.make_smoother`) keeps the last `window` steps and re-stamps p at every step
 so that it never leaves the window; its marginal covariance is read from the smoother's graph

@@ -1,14 +1,16 @@
-"""Forward dynamics with a GTSAM fixed-lag smoother; batch inverse dynamics (seed 003, 5 and 7).
+"""Forward dynamics with a GTSAM fixed-lag smoother; batch inverse dynamics.
 
-Forward dynamics (seed Figs 2 and 3): each time step adds its variables and factors to a
+After Blanco-Claraco et al. 2021, sections 5 and 7.
+
+Forward dynamics (the paper's Figs 2 and 3): each time step adds its variables and factors to a
 fixed-lag smoother that keeps the last `window` steps and marginalises older ones: GTSAM's
 `IncrementalFixedLagSmoother` (iSAM2, the default: 5-10x faster at the same accuracy) or its
-`BatchFixedLagSmoother` (Levenberg-Marquardt over the window at every step, as in the seed).
+`BatchFixedLagSmoother` (Levenberg-Marquardt over the window at every step, as in the paper).
 Each step's constraint and dynamics factors are stacked into one custom factor: a JAX call costs
 about the same for one residual as for four (dispatch and per-operation overhead dominate the
 arithmetic of these tiny systems), so one call per relinearization instead of three or four.
-Inverse dynamics (seed Fig 4) is solved in batch, building the graph in the seed's four stages
-and running Levenberg-Marquardt after each.
+Inverse dynamics (the paper's Fig 4) is solved in batch, building the graph in the paper's four
+stages and running Levenberg-Marquardt after each.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from sysid_ros.graph.factors import FactorLibrary, bind, key, stacked_factor
 
 
 class Sigmas(NamedTuple):
-    """Standard deviations of the factor residuals (only their ratios matter; seed Table 2).
+    """Standard deviations of the factor residuals (only their ratios matter; the paper's Table 2).
 
     Attributes:
       prior: initial-state and prescribed-trajectory priors [m, rad, m/s, rad/s].
@@ -70,7 +72,7 @@ class ForwardResult(NamedTuple):
 
 
 def lm_params(max_iterations=15, relative_tol=1e-5) -> gtsam.LevenbergMarquardtParams:
-    """Levenberg-Marquardt settings used by every solve (seed: at most 15 iterations)."""
+    """Levenberg-Marquardt settings used by every solve (the paper: at most 15 iterations)."""
     params = gtsam.LevenbergMarquardtParams()
     params.setMaxIterations(max_iterations)
     params.setRelativeErrorTol(relative_tol)
@@ -121,7 +123,7 @@ def forward_dynamics(mech, params, q0, v0, u, dt, window, coordinates='dependent
       q0, v0: (n,) initial state on the constraint manifold [m, m/s].
       u: (T, nz) angle-bar torques [N m] at each new step.
       dt: time step [s]; window: steps kept in the smoother (>= 2).
-      coordinates: 'dependent' (seed Fig 2) or 'independent' (seed Fig 3).
+      coordinates: 'dependent' (the paper's Fig 2) or 'independent' (the paper's Fig 3).
       smoother, max_iterations, relinearize_threshold: see `make_smoother`.
 
     Returns:
@@ -224,7 +226,7 @@ class InverseResult(NamedTuple):
     Attributes:
       u: (T + 1, nz) torques [N m]; q, v, a: (T + 1, n) dependent state;
       z: (T + 1, nz) followed angles [rad] (bar angles of q);
-      stage_errors: (4,) graph error after each of the seed's four stages.
+      stage_errors: (4,) graph error after each of the paper's four stages.
     """
 
     u: np.ndarray
@@ -237,7 +239,7 @@ class InverseResult(NamedTuple):
 
 def inverse_dynamics(mech, params, z_desired, q_guess, v0, dt, sigmas=Sigmas(),
                      max_iterations=50) -> InverseResult:
-    """Torques that make the angle coordinates follow z_desired (seed Fig 4, four-stage init).
+    """Torques that make the angle coordinates follow z_desired (the paper's Fig 4, staged init).
 
     Stage 1: q_k, z_k with priors on z_k, link-position factors and soft equalities q_k ~ q_k-1.
     Stage 2: v_k, a_k and trapezoidal integrators (plus a prior on v_0).

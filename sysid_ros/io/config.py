@@ -248,11 +248,12 @@ class ModelConfig:
         `.xacro` file is expanded, without arguments, by the `xacro` package), the URDF
         XML itself, or a reference such as `example-robot-data:panda` that `io.model_io`
         resolves. Exactly one of `urdf` and `builder` is set.
-      builder: name of a canonical system in `core.builders` (e.g. `double_pendulum`).
+      builder: name of a canonical system in `core.model.builders` (e.g. `double_pendulum`).
       builder_args: keyword arguments of the builder or mechanism (e.g. `{l1: 0.5}`).
-      mechanism: name of a planar closed-chain mechanism in `core.mechanisms.MECHANISMS`
-        (e.g. `four_bar`), identified by `estimator.method: factor_graph`; it replaces urdf
-        and builder, and its joints are its angle coordinates (the crank).
+      mechanism: name of a planar closed-chain mechanism in
+        `core.constrained.mechanisms.MECHANISMS` (e.g. `four_bar`), identified by
+        `estimator.method: factor_graph`; it replaces urdf and builder, and its joints are its
+        angle coordinates (the crank).
       joints: joints that form the state vector, in order; empty: all movable joints.
       actuator: actuator/friction model, one of ACTUATORS.
       integrator: one of INTEGRATORS (default rk4: semi-implicit Euler at a recording's rate
@@ -332,8 +333,8 @@ def _resolve_urdf(urdf: str, path: str | None) -> str:
 
 
 def _check_factory(kind: str, builder: str, args: Mapping[str, Any], path: str | None) -> None:
-    """Check a builder's (`core.builders.BUILDERS`) or mechanism's
-    (`core.mechanisms.MECHANISMS`) name and argument names; `kind` is the model key."""
+    """Check a builder's (`core.model.builders.BUILDERS`) or mechanism's
+    (`core.constrained.mechanisms.MECHANISMS`) name and argument names; `kind` is the model key."""
     try:
         if kind == 'mechanism':
             from sysid_ros.core.constrained.mechanisms import MECHANISMS as BUILDERS
@@ -359,7 +360,7 @@ class ParametersConfig:
 
     Attributes:
       bounds: flat name (e.g. 'link2.com.x') -> (min, max) in physical units (+-inf allowed),
-        in file order; see `core.parameters` for the names and units.
+        in file order; see `core.model.parameters` for the names and units.
       init: flat name -> initial value, for the parameters that give one.
     """
 
@@ -775,7 +776,8 @@ def check_graph_method(method: str, mechanism: str | None) -> str:
     mechanisms (model.mechanism), and only it does."""
     if method in GRAPH_METHODS and mechanism is None:
         return (f'{method} runs on a planar mechanism; expected model.mechanism (one of '
-                'core.mechanisms.MECHANISMS, e.g. four_bar) instead of model.urdf/builder')
+                'core.constrained.mechanisms.MECHANISMS, e.g. four_bar) instead of '
+                'model.urdf/builder')
     if method not in GRAPH_METHODS and mechanism is not None:
         return (f'model.mechanism {mechanism!r} is identified by '
                 f'{" | ".join(GRAPH_METHODS)} only, got {method!r}')
@@ -892,8 +894,8 @@ def to_dict(cfg: Config) -> dict[str, Any]:
 
 def parameter_spec(cfg: Config, model, payload: _parameters.Payload | None = None
                    ) -> _parameters.ParameterSpec:
-    """Build the `core.parameters.ParameterSpec` of `cfg.parameters` for `model` (RobotModel),
-    with `payload` (the resolved `model.payload`, if any).
+    """Build the `core.model.parameters.ParameterSpec` of `cfg.parameters` for `model`
+    (RobotModel), with `payload` (the resolved `model.payload`, if any).
 
     Raises:
       ConfigError: a parameter names a link or joint that `model` does not have, or the

@@ -7,7 +7,7 @@ and returns one `Trajectory` per run, plus `describe(dataset)`, the preprocessin
 IBM double pendulum (`ibm-double-pendulum`, folder with `dpc_dataset_csv/<run>.csv`):
   rows of marker pixels `x_red, y_red, x_green, y_green, x_blue, y_blue` at 400 Hz (red =
   pivot, green = elbow, blue = tip; image y grows downward). Joint angles, in the frames of
-  `core.builders.double_pendulum` (joints about +y, links hanging along -z, q = 0 hanging
+  `core.model.builders.double_pendulum` (joints about +y, links hanging along -z, q = 0 hanging
   down): image x is world x and image y is world -z, so a link pointing along the pixel
   vector (dx, dy) has absolute angle phi = atan2(-dx, dy) (R_y(phi) (0, 0, -1) = (-sin phi,
   0, -cos phi)); q1 = phi(green - red), q2 = phi(blue - green) - q1, both unwrapped (no

@@ -122,7 +122,7 @@ class MechanismProblem:
 
     Attributes:
       config: the validated configuration (`model.mechanism`).
-      mechanism: static description (`core.mechanisms.Mechanism`).
+      mechanism: static description (`core.constrained.mechanisms.Mechanism`).
       base_params: nominal `MechanismParams` (builder values): every parameter not identified.
       q_branch: (n,) an assembled configuration [m]; it picks the assembly branch.
       names: parameters to identify ('<bar>.mass' [kg], '<angle bar>.damping' [N m s/rad]).

@@ -1,4 +1,4 @@
-"""Fit report figures (matplotlib, Agg backend), after seed 000 figs 3/6 and 7/10.
+"""Fit report figures (matplotlib, Agg backend), after Heiden et al. 2022, figs 3/6 and 7/10.
 
 Each `*_figure` function returns a matplotlib Figure (for `io.html_report`, which embeds it);
 each `plot_*` function writes one as a PNG file.

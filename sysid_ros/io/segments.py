@@ -26,7 +26,7 @@ __all__ = ['HeldOutRollouts', 'rollouts', 'posterior_metrics']
 
 _segment_log_likelihood = jax.jit(metrics.segment_predictive_log_likelihood)
 
-# Nearest neighbours of the trajectory KL estimate (seed 000, Table 2: k = l = 3).
+# Nearest neighbours of the trajectory KL estimate (Heiden et al. 2022, Table 2: k = l = 3).
 _KNN = 3
 
 
