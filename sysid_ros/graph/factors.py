@@ -181,7 +181,7 @@ def custom_factor(residual, keys, dims, dim, sigmas, consts=(), affine=False
             return offset + sum(block @ x for block, x in zip(blocks, xs))
     else:
         # LM evaluates the error again at the point it has just linearised at: reuse it.
-        last = dict(xs=None, err=None)
+        last = {'xs': None, 'err': None}
 
         def error(_, values, jacobians):
             xs = [values.atVector(k) for k in keys]
@@ -219,6 +219,8 @@ def stacked_factor(keys, dims, parts, sigmas) -> gtsam.CustomFactor:
     jitted call returns all their residuals and Jacobians, instead of one call per factor.
 
     Args:
+      keys: GTSAM keys of the variables the factor connects.
+      dims: size of each variable in `keys`, in the same order.
       parts: sequence of (residual, variable indices into keys, constants, residual size).
       sigmas: (sum of sizes,) standard deviations, the parts' in order.
     """

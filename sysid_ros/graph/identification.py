@@ -22,9 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from sysid_ros.core.constrained import mechanisms as mm
-from sysid_ros.graph.factors import (FactorLibrary, bind, encoder_residual, gyro_residual, key,
+from sysid_ros.graph.factors import (bind, encoder_residual, FactorLibrary, gyro_residual, key,
                                      position_residual, stacked_factor, velocity_residual)
-from sysid_ros.graph.smoother import Sigmas, make_smoother
+from sysid_ros.graph.smoother import make_smoother, Sigmas
 
 
 # With noisy sensors the kinematic factors need not be 1e-6-tight: looser ones keep the
@@ -161,22 +161,33 @@ def identify_online(mech, params, names, p_prior, p_sigma, q0, v0, u, encoder, d
     """Estimates the parameters `names` online from torques and noisy sensors.
 
     Args:
+      mech: the mechanism.
       params: nominal parameters (the entries not in `names` are taken as known).
       names: parameters to identify (see `parameter_names`).
-      p_prior: (P,) prior mean of the parameters; p_sigma: (P,) their prior standard
-        deviations or (P, P) prior covariance (e.g. the posterior of an earlier run).
-      q0, v0: (n,) approximate initial state; state_sigma: its prior standard deviation.
-      u: (T, nz) applied torques [N m]; encoder: (T + 1, nz) measured angle-bar angles [rad].
-      dt: step [s]; window: steps kept by the smoother.
-      encoder_sigma: encoder noise [rad]; gyro: (T + 1,) or (T + 1, G) measured angular
-        velocities of the bars `gyro_bar` (an index or G indices) [rad/s] or None; gyro_sigma:
-        their noise [rad/s].
+      p_prior: (P,) prior mean of the parameters.
+      p_sigma: (P,) prior standard deviations of the parameters or (P, P) prior covariance
+        (e.g. the posterior of an earlier run).
+      q0: (n,) approximate initial coordinates.
+      v0: (n,) approximate initial velocities.
+      u: (T, nz) applied torques [N m].
+      encoder: (T + 1, nz) measured angle-bar angles [rad].
+      dt: step [s].
+      window: steps kept by the smoother.
+      encoder_sigma: encoder noise [rad].
+      gyro: (T + 1,) or (T + 1, G) measured angular velocities of the bars `gyro_bar` [rad/s]
+        or None.
+      gyro_bar: index of the bar the gyro is on, or G indices.
+      gyro_sigma: gyro noise [rad/s].
+      state_sigma: prior standard deviation of the initial state (q0, v0).
       torque_sigma: projected equation-of-motion residual [N m]: model and discretisation
         error (the acceleration constraints use sigmas.acceleration).
+      sigmas: standard deviations of the kinematic factor residuals.
+      max_iterations: see `smoother.make_smoother`.
       covariance_every: marginal covariance of p after every this many steps (and the last);
         std holds NaN in between.
       progress: called after every step as `progress(step, num_steps, error, elapsed_s)`.
-      smoother, max_iterations, relinearize_threshold: see `smoother.make_smoother`.
+      smoother: smoother kind, see `smoother.make_smoother`.
+      relinearize_threshold: see `smoother.make_smoother`.
     """
     names = check_parameter_names(mech, names)
     u = np.asarray(u, dtype=float).reshape(-1, mech.num_independent)
@@ -198,7 +209,7 @@ def identify_online(mech, params, names, p_prior, p_sigma, q0, v0, u, encoder, d
     lag = (window - 1) * dt * (1.0 + 1e-6)
     smoother = make_smoother(lag, smoother, max_iterations, relinearize_threshold)
     p_key = key('p', 0)
-    state = dict(q=np.asarray(q0, dtype=float), v=np.asarray(v0, dtype=float), a=np.zeros(n))
+    state = {'q': np.asarray(q0, dtype=float), 'v': np.asarray(v0, dtype=float), 'a': np.zeros(n)}
     mean, std, errors, q_hist = [], [], [], [None] * (u.shape[0] + 1)
 
     start = time.perf_counter()
@@ -212,8 +223,8 @@ def identify_online(mech, params, names, p_prior, p_sigma, q0, v0, u, encoder, d
             graph.add(lib.prior(p_key, p_prior, np.asarray(p_sigma, dtype=float)))
             values.insert(p_key, np.asarray(p_prior, dtype=float))
         else:
-            guess = dict(q=state['q'] + dt * state['v'] + 0.5 * dt**2 * state['a'],
-                         v=state['v'] + dt * state['a'], a=state['a'])
+            guess = {'q': state['q'] + dt * state['v'] + 0.5 * dt**2 * state['a'],
+                     'v': state['v'] + dt * state['a'], 'a': state['a']}
             for x, dx in (('q', 'v'), ('v', 'a')):
                 graph.add(lib.trapezoidal(key(x, k - 1), key(x, k), key(dx, k - 1), key(dx, k),
                                           n, dt, sigmas.integrator))
@@ -271,7 +282,7 @@ def simulate_sensors(mech, params, q0, torque_fn, dt, num_steps, encoder_sigma, 
     u_fine = np.asarray(torque_fn(np.arange(num_steps * substeps) * h), dtype=float)
     z0 = mm.bar_angles(mech, jnp.asarray(q0))
     q, qd, z, _ = _simulate_rk4(mech, params, jnp.asarray(q0), z0,
-                                              jnp.zeros_like(z0), jnp.asarray(u_fine), h)
+                                jnp.zeros_like(z0), jnp.asarray(u_fine), h)
     q, qd, z = (np.asarray(x)[::substeps] for x in (q, qd, z))
     omega = np.asarray(jax.vmap(lambda a, b: mm.bar_angular_velocities(mech, a, b))(q, qd)
                        )[:, gyro_bar]

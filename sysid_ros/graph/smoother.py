@@ -25,7 +25,7 @@ import numpy as np
 
 from sysid_ros.core.constrained import mechanisms as mm
 from sysid_ros.graph import factors
-from sysid_ros.graph.factors import FactorLibrary, bind, key, stacked_factor
+from sysid_ros.graph.factors import bind, FactorLibrary, key, stacked_factor
 
 
 class Sigmas(NamedTuple):
@@ -89,12 +89,16 @@ def make_smoother(lag: float, kind: str = 'incremental', max_iterations: int = 1
     """A GTSAM fixed-lag smoother that keeps the variables stamped within `lag` [s].
 
     Args:
+      lag: time span of the variables kept [s].
       kind: 'incremental': `IncrementalFixedLagSmoother` (iSAM2, one Gauss-Newton step per
         update that relinearizes only the variables that moved more than
         `relinearize_threshold` since their last linearisation, QR factorisation); 'batch':
         `BatchFixedLagSmoother`, Levenberg-Marquardt on the whole window at every update (up
         to `max_iterations`, multifrontal QR). QR in both: weak parameter priors next to the
         stiff (1e-6) constraints make Cholesky report an indeterminate system.
+      max_iterations: Levenberg-Marquardt iterations per update ('batch' only).
+      relinearize_threshold: change of a variable that triggers its relinearisation
+        ('incremental' only), in the variable's units.
     """
     if kind == 'batch':
         lm = lm_params(max_iterations)
@@ -148,7 +152,7 @@ def forward_dynamics(mech, params, q0, v0, u, dt, window, coordinates='dependent
     w0 = np.asarray(mm.bar_angular_velocities(mech, jnp.asarray(q0), jnp.asarray(v0))
                     )[list(mech.angle_bars)]
     b0 = np.asarray(mm.forward_dynamics_independent(mech, params, q0, v0, z0, w0, u[0]))
-    state = dict(q=q0, v=v0, a=a0, z=z0, w=w0, b=b0)
+    state = {'q': q0, 'v': v0, 'a': a0, 'z': z0, 'w': w0, 'b': b0}
     history = {kind: [None] * (num_steps + 1) for kind in kinds}
     iterations = np.zeros(num_steps, dtype=int)
 
@@ -160,10 +164,10 @@ def forward_dynamics(mech, params, q0, v0, u, dt, window, coordinates='dependent
             for kind in ('q', 'v') + (('z', 'w') if independent else ()):
                 graph.add(lib.prior(key(kind, 0), state[kind], sigmas.prior))
         else:
-            guess = dict(q=state['q'] + dt * state['v'] + 0.5 * dt**2 * state['a'],
-                         v=state['v'] + dt * state['a'], a=state['a'],
-                         z=state['z'] + dt * state['w'] + 0.5 * dt**2 * state['b'],
-                         w=state['w'] + dt * state['b'], b=state['b'])
+            guess = {'q': state['q'] + dt * state['v'] + 0.5 * dt**2 * state['a'],
+                     'v': state['v'] + dt * state['a'], 'a': state['a'],
+                     'z': state['z'] + dt * state['w'] + 0.5 * dt**2 * state['b'],
+                     'w': state['w'] + dt * state['b'], 'b': state['b']}
             _add_integrators(graph, lib, k, dt, sigmas, independent)
         _add_step_factors(graph, lib, k, params, u[min(k, num_steps - 1)], sigmas, independent)
         for kind in kinds:
@@ -247,8 +251,14 @@ def inverse_dynamics(mech, params, z_desired, q_guess, v0, dt, sigmas=Sigmas(),
     Stage 4: torques u_k and inverse-dynamics factors (dependent coordinates, eq 28).
 
     Args:
-      z_desired: (T + 1, nz) prescribed angles [rad]; q_guess: (n,) coordinates on the wanted
-        branch; v0: (n,) initial velocity [m/s]; dt: step [s].
+      mech: the mechanism.
+      params: its parameters.
+      z_desired: (T + 1, nz) prescribed angles [rad].
+      q_guess: (n,) coordinates on the wanted branch.
+      v0: (n,) initial velocity [m/s].
+      dt: step [s].
+      sigmas: standard deviations of the factor residuals.
+      max_iterations: Levenberg-Marquardt iterations per stage.
     """
     z_desired = np.asarray(z_desired, dtype=float).reshape(-1, mech.num_independent)
     steps = range(z_desired.shape[0])

@@ -7,7 +7,7 @@ import pytest
 
 from sysid_ros.core.constrained import mechanisms as mm
 from sysid_ros.graph import identification as gi
-from sysid_ros.graph.factors import (FactorLibrary, bind, custom_factor, encoder_residual,
+from sysid_ros.graph.factors import (bind, custom_factor, encoder_residual, FactorLibrary,
                                      gyro_residual, key, position_residual, stacked_factor)
 
 MECH, PARAMS, Q0 = mm.four_bar(crank_angle=0.4, damping=0.3)
@@ -18,7 +18,7 @@ N, NZ = MECH.num_coords, MECH.num_independent
 
 def _values():
     """A generic point off every manifold, so that no residual vanishes by construction."""
-    dims = dict(q=N, v=N, a=N, z=NZ, w=NZ, b=NZ, u=NZ, p=2)
+    dims = {'q': N, 'v': N, 'a': N, 'z': NZ, 'w': NZ, 'b': NZ, 'u': NZ, 'p': 2}
     values = gtsam.Values()
     for kind, dim in dims.items():
         for step in (0, 1):
@@ -112,7 +112,8 @@ def test_factor_residual_vanishes_on_a_consistent_state():
     zdd = mm.forward_dynamics_independent(MECH, PARAMS, Q0, qd, z, zd, jnp.array([0.7]))
     values = gtsam.Values()
     truth = [PARAMS.bar_masses[2], PARAMS.damping[0]]
-    for kind, value in dict(q=Q0, v=qd, a=qdd, z=z, w=zd, b=zdd, u=[0.7], p=truth).items():
+    by_kind = {'q': Q0, 'v': qd, 'a': qdd, 'z': z, 'w': zd, 'b': zdd, 'u': [0.7], 'p': truth}
+    for kind, value in by_kind.items():
         values.insert(key(kind, 0), np.asarray(value, dtype=float))
     for name in ('dynamics_dependent', 'inverse_dynamics_dependent', 'dynamics_independent',
                  'inverse_dynamics_independent', 'link_position', 'link_velocity',

@@ -7,7 +7,7 @@ import pytest
 from sysid_ros.core.constrained import mechanisms as mm
 from sysid_ros.graph import identification as gi
 
-TRUTH = dict(mass=4.0, damping=0.5)
+TRUTH = {'mass': 4.0, 'damping': 0.5}
 DT = 0.005
 STEPS = 240
 
