@@ -352,7 +352,7 @@ def run_case(case: Case, truths: int, seed: int, quick: bool) -> dict[str, str]:
         traj_d = recording(problem, t, states_d, u_d, rng)
         traj_r = recording(problem, t, states_r, u_r, rng)
         est_r, std_r, ok_r, sec_r = fit(problem, traj_r, theta0, i)
-        fits = [fit(problem, traj_d.slice(0, n), theta0, i) for n in counts]
+        fits = [fit(problem, traj_d.sample_range(0, n), theta0, i) for n in counts]
         est_d, std_d, ok_d, sec_d = fits[-1]
         stds = np.stack([f[1] for f in fits])
         rows['std_d'].append(std_d)

@@ -329,8 +329,8 @@ def run_panda(source: str, out: str) -> dict:
     (run,) = datasets.load_dataset('panda-gaz2019', source)
     split = int(round(PANDA_SPLIT_S / run.dt))
     problem, params, result = _nea_fit(os.path.join(CONFIG, 'panda_gaz2019.yaml'),
-                                       [run.slice(0, split)])
-    (test,) = pipeline.prepare_trajectories(problem, [run.slice(split, run.num_samples)])
+                                       [run.sample_range(0, split)])
+    (test,) = pipeline.prepare_trajectories(problem, [run.sample_range(split, run.num_samples)])
     samples = estimator_data.nea_samples(test)
     q, qd, qdd = (jnp.asarray(samples[k]) for k in ('q', 'qd', 'qdd'))
     torques = _torque_fn(problem.model, problem.config.model.actuator)

@@ -89,7 +89,7 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
     info.update(prepared.info)
     target, data, schedule = _minibatches(problem, entry, prepared, seed)
     next_data = (lambda: data) if schedule is None else (
-        lambda: lik.select_trajectories(data, schedule.next()))
+        lambda: lik.select_trajectories(data, schedule.next_batch()))
     if schedule is not None:
         info['batch_pieces'] = schedule.batch
     est = compiled_estimator(problem, method, target, options)

@@ -38,7 +38,7 @@ class PieceSchedule:
         self._rng = np.random.default_rng([seed, num_pieces, batch])
         self._queue = np.zeros(0, dtype=np.int64)
 
-    def next(self) -> np.ndarray:
+    def next_batch(self) -> np.ndarray:
         """(B,) piece indices of the next step (distinct unless the batch spans two
         permutations)."""
         if self._queue.size < self.batch:

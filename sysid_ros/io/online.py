@@ -92,8 +92,8 @@ from sysid_ros.core.likelihoods import likelihood as lik
 from sysid_ros.io import compile_cache, estimator_data, integration_step, posterior_files
 from sysid_ros.io import sequential_prior, simulation
 from sysid_ros.io.config import config_error
-from sysid_ros.io.problem import Problem, prepare_trajectories
-from sysid_ros.io.trajectory import Trajectory, hold_torques
+from sysid_ros.io.problem import prepare_trajectories, Problem
+from sysid_ros.io.trajectory import hold_torques, Trajectory
 from sysid_ros.io.window_buffer import Window
 from sysid_ros.io.window_refit import refit_windows
 
@@ -311,8 +311,7 @@ class OnlineSession:
         jitter = self.problem.config.online.jitter
         theta = self._particles
         if jitter > 0.0:
-            theta = theta + self._rng.normal(size=theta.shape) * jitter * (self.upper
-                                                                          - self.lower)
+            theta = theta + self._rng.normal(size=theta.shape) * jitter * (self.upper - self.lower)
         return theta            # `_start` holds the particles inside the bounds
 
     # ------------------------------------------------------------------------------------------
@@ -338,7 +337,7 @@ class OnlineSession:
             # fails it is a change (a payload picked up), not a scatter, and stays out of
             # the scale, which it would otherwise raise until it hid the change itself.
             inflation = sequential_prior.conflict_inflation(prior, alone.theta,
-                                           self._noise_scale * alone.covariance)
+                                                            self._noise_scale * alone.covariance)
             if inflation > 1.0:
                 prior = GaussianPrior(mean=prior.mean, precision=prior.precision / inflation)
             elif self._summary is not None:
@@ -483,7 +482,7 @@ class OnlineSession:
         `traj` (e.g. from `pipeline.simulate`), then restore the state as it was. The window
         runs twice: from the current particles, then from a Laplace start (its fits and
         whitened steps), so that neither compiles while data arrive."""
-        traj = traj.slice(0, self.window_samples)
+        traj = traj.sample_range(0, self.window_samples)
         window = Window(t=traj.t, q=traj.q, qd=traj.qd, tau=traj.tau,
                         mocap_position=traj.mocap_position,
                         mocap_orientation=traj.mocap_orientation)
@@ -530,7 +529,6 @@ class OnlineSession:
         posterior_files.write_posterior(npz, yml, theta, self.names, self.lower, self.upper,
                                         summary)
         return npz, yml
-
 
 
 def _laplace_windows(prepared: estimator_data.MethodData) -> bool:

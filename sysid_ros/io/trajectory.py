@@ -30,8 +30,8 @@ from __future__ import annotations
 import csv
 import dataclasses
 import os
-import warnings
 from typing import Sequence
+import warnings
 
 import numpy as np
 
@@ -118,7 +118,7 @@ class Trajectory:
         """t[-1] - t[0] [s]."""
         return float(self.t[-1] - self.t[0])
 
-    def slice(self, start: int, stop: int) -> 'Trajectory':
+    def sample_range(self, start: int, stop: int) -> 'Trajectory':
         """Samples `start:stop` (e.g. to hold out the end of a run for validation)."""
         pick = slice(start, stop)
         return dataclasses.replace(self, t=self.t[pick], **{
@@ -370,8 +370,8 @@ def save_trajectory(path: str | os.PathLike, traj: Trajectory) -> None:
     tmp = f'{path}.tmp{os.getpid()}{ext}'
     try:
         if ext == '.npz':
-            arrays = dict(t=traj.t, q=traj.q, qd=traj.qd, tau=traj.tau,
-                          joint_names=np.asarray(names, dtype=str))
+            arrays = {'t': traj.t, 'q': traj.q, 'qd': traj.qd, 'tau': traj.tau,
+                      'joint_names': np.asarray(names, dtype=str)}
             arrays.update((key, getattr(traj, key)) for key in ('qdd',) + _POSES
                           if getattr(traj, key) is not None)
             np.savez(tmp, **arrays)

@@ -16,12 +16,12 @@ from sysid_ros.io import minibatch
 
 def test_schedule_is_a_permutation_per_epoch_across_batch_boundaries():
     schedule = minibatch.PieceSchedule(num_pieces=10, batch=3, seed=4)
-    stream = np.concatenate([schedule.next() for _ in range(30)])     # 9 epochs
+    stream = np.concatenate([schedule.next_batch() for _ in range(30)])     # 9 epochs
     assert all(len(b) == 3 for b in np.split(stream, 30))
     for epoch in np.split(stream, 9):
         assert sorted(epoch) == list(range(10))
     again = minibatch.PieceSchedule(num_pieces=10, batch=3, seed=4)
-    np.testing.assert_array_equal(np.concatenate([again.next() for _ in range(30)]), stream)
+    np.testing.assert_array_equal(np.concatenate([again.next_batch() for _ in range(30)]), stream)
 
 
 @pytest.mark.parametrize('setting, pieces, expected', [

@@ -5,7 +5,6 @@ become, live windows, and a payload identified from joint states and its mocap p
 
 import dataclasses
 
-import jax
 import numpy as np
 import pytest
 import yaml
@@ -115,7 +114,7 @@ def test_poses_are_validated_sliced_resampled_and_saved(tmp_path):
     assert traj.num_tracked == 2
     smooth = _posed(flip=False).mocap_orientation
     np.testing.assert_allclose(traj.mocap_orientation, smooth, atol=1e-12)  # signs continuous
-    part = traj.slice(10, 20)
+    part = traj.sample_range(10, 20)
     assert part.mocap_position.shape == (10, 2, 3) and part.mocap_orientation.shape == (10, 2, 4)
     np.testing.assert_array_equal(part.mocap_position, traj.mocap_position[10:20])
     fine = trajectory_io.resample(traj, 200.0)

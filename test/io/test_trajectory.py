@@ -118,14 +118,14 @@ def test_shape_mismatch_names_the_key(tmp_path):
 @pytest.mark.parametrize('key', ['q', 'qd', 'tau', 't'])
 def test_nonfinite_values_name_key_and_first_row(tmp_path, key):
     traj = _trajectory()
-    arrays = dict(t=traj.t.copy(), q=traj.q.copy(), qd=traj.qd.copy(), tau=traj.tau.copy())
+    arrays = {'t': traj.t.copy(), 'q': traj.q.copy(), 'qd': traj.qd.copy(), 'tau': traj.tau.copy()}
     if key == 't':
         arrays['t'][17] = np.inf
     else:
         arrays[key][17, 1] = np.nan
         arrays[key][40, 0] = np.inf
     path = _npz(tmp_path / 'bad.npz', joint_names=np.array(JOINTS), **arrays)
-    pattern = (r"bad\.npz: t: non-finite value \(inf\) at row 17" if key == 't' else
+    pattern = (r'bad\.npz: t: non-finite value \(inf\) at row 17' if key == 't' else
                rf"bad\.npz: {key}: non-finite value \(nan\) at row 17, joint 'joint2'")
     with pytest.raises(DataError, match=pattern):
         trajectory.load_trajectory(path, JOINTS)
@@ -190,7 +190,7 @@ def test_numerical_acceleration(method, tol):
 
 def test_slice_and_properties():
     traj = _trajectory(num=101, dt=0.01)
-    part = traj.slice(10, 60)
+    part = traj.sample_range(10, 60)
     assert part.num_samples == 50 and part.nv == 2
     assert part.duration == pytest.approx(0.49)
     assert part.t[0] == pytest.approx(0.1)
