@@ -202,5 +202,5 @@ def test_launch_files_drive_the_managed_estimator_through_its_transitions(path):
     overrides = [element for element in parameters.elts if isinstance(element, ast.Dict)]
     assert any(getattr(key, 'value', None) == 'autostart' and value.value is False
                for override in overrides for key, value in zip(override.keys, override.values))
-    [driven] = [call for call in _calls(tree, 'configure_then_activate')]
+    [driven] = list(_calls(tree, 'configure_then_activate'))
     assert [arg.id for arg in driven.args] == ['estimator']

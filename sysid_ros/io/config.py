@@ -10,13 +10,15 @@ Sections: `model`, `parameters`, `data`, `estimator`, `online`, `excitation` (se
 dataclasses below for every key, its default and unit). `parameters` is a nested map whose
 leaves are `{min, max, init}`:
 
-    parameters:
-      link2:
-        mass: {min: 0.05, max: 0.5, init: 0.2}
-        com:
-          x: {min: -0.2, max: 0.2}
-      joint1:
-        damping: {min: 0.0, max: 0.5}
+    /**:
+      ros__parameters:
+        parameters:
+          link2:
+            mass: {min: 0.05, max: 0.5, init: 0.2}
+            com:
+              x: {min: -0.2, max: 0.2}
+          joint1:
+            damping: {min: 0.0, max: 0.5}
 
 and flattens to `{'link2.mass': (0.05, 0.5), 'link2.com.x': (-0.2, 0.2), ...}`. A missing
 `min` is -inf (0 for non-negative quantities such as masses), a missing `max` is inf.
@@ -31,10 +33,10 @@ import os
 import re
 from typing import Any, Mapping
 
-from sysid_ros.core.model import parameters as _parameters
 from sysid_ros.core.inference import registry
 from sysid_ros.core.likelihoods import equation_error as _equation_error
 from sysid_ros.core.likelihoods import likelihood as _likelihood
+from sysid_ros.core.model import parameters as _parameters
 from sysid_ros.io import model_io
 from sysid_ros.io.errors import InputError, located, read_yaml
 

@@ -61,7 +61,7 @@ from sysid_ros.core.likelihoods import equation_error
 from sysid_ros.core.likelihoods import likelihood as lik
 from sysid_ros.core.likelihoods import losses
 from sysid_ros.io import trajectory as trajectory_io
-from sysid_ros.io.config import ConfigError, config_error
+from sysid_ros.io.config import config_error, ConfigError
 from sysid_ros.io.problem import Problem
 from sysid_ros.io.trajectory import DataError, Trajectory
 
@@ -207,8 +207,9 @@ def _cut_pieces(problem: Problem, trajs: Sequence[Trajectory], window: int, poin
                          f'{MIN_WINDOW_STEPS} steps for the shortest trajectory ({shortest} '
                          f'steps at {rate:g} Hz), got {windows}')
         raise _error(problem, 'estimator.window', f'expected {windows} window(s) of '
-                     f'{MIN_WINDOW_STEPS} to {shortest // windows} steps ({MIN_WINDOW_STEPS / rate:g}'
-                     f' to {shortest // windows / rate:g} s) for the shortest trajectory '
+                     f'{MIN_WINDOW_STEPS} to {shortest // windows} steps '
+                     f'({MIN_WINDOW_STEPS / rate:g} to {shortest // windows / rate:g} s) for the '
+                     f'shortest trajectory '
                      f'({shortest} steps at {rate:g} Hz), got {window} steps')
     states, controls, observed = [], [], []
     for i, traj in enumerate(trajs):
@@ -281,7 +282,7 @@ def configured_noise_std(problem: Problem) -> np.ndarray | None:
     Raises:
       ConfigError: neither 1 value nor 2 nv.
     """
-    joints = ", ".join(problem.model.joint_names)
+    joints = ', '.join(problem.model.joint_names)
     return _one_or_each(problem, 'data.noise_std', 2 * problem.model.nv,
                         f'q of {joints}, then qd')
 

@@ -13,8 +13,9 @@ error (`equation_noise`) the position and velocity stds of `data.noise_std` and 
 std of `data.torque_noise_std` (0 if none) through the causal Savitzky-Golay filter of
 `estimator.filter_window`, whose every L-th output the fit keeps, and the residual weights of
 `data.torque_noise_std`, or, when it is not configured, those the fit estimates from the
-residuals (their predicted root mean square). Prior: the uniform prior over the bounds as a Gaussian of
-the same variance (width^2 / 12), replaced by the `--prior` estimate's std where it has one.
+residuals (their predicted root mean square). Prior: the uniform prior over the bounds as a
+Gaussian of the same variance (width^2 / 12), replaced by the `--prior` estimate's std where it
+has one.
 
 Files written by `write_excitation` into the output folder:
 
@@ -50,7 +51,7 @@ from sysid_ros.io import estimator_data
 from sysid_ros.io.config import config_error
 from sysid_ros.io.errors import InputError, located, read_yaml
 from sysid_ros.io.problem import Problem
-from sysid_ros.io.trajectory import Trajectory, save_trajectory
+from sysid_ros.io.trajectory import save_trajectory, Trajectory
 
 __all__ = [
     'DEFAULT_VELOCITY_STD',
@@ -319,8 +320,8 @@ def design_problem(problem: Problem, prior: str | None = None,
     noise = {}
     if not estimator_data.residual_family(cfg.estimator.residual).simulates:
         state_var, torque_var, torque_std, taps = equation_noise(problem)
-        noise = dict(residual=cfg.estimator.residual, state_var=state_var, torque_var=torque_var,
-                     torque_std=torque_std)
+        noise = {'residual': cfg.estimator.residual, 'state_var': state_var,
+                 'torque_var': torque_var, 'torque_std': torque_std}
         samples /= taps                                       # the fit keeps every L-th
     return design_lib.DesignProblem(
         model=problem.model, spec=problem.spec, base=problem.base_params, theta=theta,

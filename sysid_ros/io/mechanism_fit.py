@@ -37,7 +37,7 @@ def _graph_noise(problem: MechanismProblem) -> tuple[float, float]:
     noise = problem.config.data.noise_std or GRAPH_DEFAULT_NOISE
     if len(noise) > 2:
         raise config_error(problem.config, 'data.noise_std', 'factor_graph: expected one '
-                            f'number or two (angle, rate), got {list(noise)}')
+                           f'number or two (angle, rate), got {list(noise)}')
     return float(noise[0]), float(noise[-1])
 
 
@@ -50,7 +50,7 @@ def _sigma_points(mean: np.ndarray, cov: np.ndarray) -> np.ndarray:
 
 
 def fit_factor_graph(problem: MechanismProblem, trajs: Sequence[Trajectory],
-                      progress: Callable | None, start: float) -> FitResult:
+                     progress: Callable | None, start: float) -> FitResult:
     """The fixed-lag smoother over each trajectory in turn; the Gaussian posterior of the
     parameters after one is the prior of the next. The first prior has the mean
     `parameters.*.init` (else the nominal value) and std (max - min) / 4."""
@@ -96,8 +96,8 @@ def fit_factor_graph(problem: MechanismProblem, trajs: Sequence[Trajectory],
         method='factor_graph', names=problem.names, particles=particles, initial=initial,
         lower=lower, upper=upper, loss_history=loss, iterations=loss.size,
         final_loss=float(loss[-1]), wall_time=wall, consistent=consistent,
-        info=dict(lag_steps=cfg.estimator.lag, angle_noise=angle_sigma, rate_noise=rate_sigma,
-                  covariance=cov.tolist(), real_time_factor=t_offset / wall),
+        info={'lag_steps': cfg.estimator.lag, 'angle_noise': angle_sigma,
+              'rate_noise': rate_sigma, 'covariance': cov.tolist(),
+              'real_time_factor': t_offset / wall},
         marginals={k: np.concatenate(v) for k, v in trace.items()}, best=mean,
         covariance=cov, converged=True, convergence='every sample smoothed')
-

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pinocchio as pin
 
-from sysid_ros.core.model.types import PRISMATIC, REVOLUTE, Params, RobotModel
+from sysid_ros.core.model.types import Params, PRISMATIC, REVOLUTE, RobotModel
 from sysid_ros.io.errors import InputError
 
 EXAMPLE_ROBOT_PREFIX = 'example-robot-data:'
@@ -157,7 +157,7 @@ def from_pinocchio(pmodel: pin.Model, dtype=jnp.float64) -> tuple[RobotModel, Pa
         inertials.append(pmodel.inertias[j].toDynamicParameters())
         iq = pmodel.joints[j].idx_q
         lo, hi = (-np.inf, np.inf) if cont else (pmodel.lowerPositionLimit[iq],
-                                                    pmodel.upperPositionLimit[iq])
+                                                 pmodel.upperPositionLimit[iq])
         q_min.append(float(lo))
         q_max.append(float(hi))
     model = RobotModel(

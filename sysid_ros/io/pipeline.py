@@ -22,7 +22,7 @@ from sysid_ros.io import integration_step
 from sysid_ros.io.config import Config, config_error
 from sysid_ros.io.estimator_fit import fit_estimator, start_point_fit
 from sysid_ros.io.fit_result import FitResult
-from sysid_ros.io.problem import MechanismProblem, Problem, build_problem, prepare_trajectories
+from sysid_ros.io.problem import build_problem, MechanismProblem, prepare_trajectories, Problem
 from sysid_ros.io.simulation import excitation, prediction_error, simulate, typical_torque
 from sysid_ros.io.trajectory import Trajectory
 

@@ -36,9 +36,9 @@ from sysid_ros.core.constrained import mechanisms
 from sysid_ros.core.dynamics import observations
 from sysid_ros.core.model import builders
 from sysid_ros.core.model.inertia import physical_from_inertial
-from sysid_ros.core.model.parameters import (PAYLOAD, PAYLOAD_ATTRIBUTES, ParameterSpec,
-                                             Payload, split_name)
-from sysid_ros.core.model.types import PRISMATIC, Params, RobotModel
+from sysid_ros.core.model.parameters import (ParameterSpec, PAYLOAD, Payload, PAYLOAD_ATTRIBUTES,
+                                             split_name)
+from sysid_ros.core.model.types import Params, PRISMATIC, RobotModel
 from sysid_ros.io import config as config_io
 from sysid_ros.io import model_io
 from sysid_ros.io import trajectory as trajectory_io
@@ -115,7 +115,6 @@ class Problem:
         return urdf_export.update_urdf(source, self.model, self.base_params, params)
 
 
-
 @dataclasses.dataclass(frozen=True)
 class MechanismProblem:
     """A planar closed-chain mechanism to identify with `factor_graph`.
@@ -156,7 +155,6 @@ class MechanismProblem:
         return None
 
 
-
 def _load_model(config: Config):
     """The model, its nominal parameters and `locate(link) -> (body, rotation (3, 3),
     translation (3,) [m])` of a link's (or fixed frame's) frame in the body frame that
@@ -172,7 +170,7 @@ def _load_model(config: Config):
         unknown = [j for j in joints if j not in movable]
         if unknown:
             raise config_error(config, 'model.joints', f'no joint named {unknown[0]!r} in the '
-                                f'URDF; movable joints: {", ".join(movable)}')
+                               f'URDF; movable joints: {", ".join(movable)}')
         try:
             pmodel = model_io.load_pinocchio(cfg.urdf, keep_joints=list(joints) or None)
             model, params = model_io.from_pinocchio(pmodel)
@@ -183,18 +181,18 @@ def _load_model(config: Config):
         model, params = builders.BUILDERS[cfg.builder](**cfg.builder_args)
     except KeyError:
         raise config_error(config, 'model.builder', f'expected one of '
-                            f'{" | ".join(builders.BUILDERS)}, got {cfg.builder!r}') from None
+                           f'{" | ".join(builders.BUILDERS)}, got {cfg.builder!r}') from None
     except (TypeError, ValueError) as exc:
         raise config_error(config, 'model.builder_args', str(exc)) from exc
     unknown = [j for j in joints if j not in model.joint_names]
     if unknown:
         raise config_error(config, 'model.joints', f'no joint named {unknown[0]!r} in builder '
-                            f'{cfg.builder!r}; joints: {", ".join(model.joint_names)}')
+                           f'{cfg.builder!r}; joints: {", ".join(model.joint_names)}')
     if joints and set(joints) != set(model.joint_names):
         missing = [j for j in model.joint_names if j not in joints]
         raise config_error(config, 'model.joints', f'builder {cfg.builder!r} cannot lock '
-                            f'joints; expected all of {", ".join(model.joint_names)} '
-                            f'(missing {", ".join(missing)})')
+                           f'joints; expected all of {", ".join(model.joint_names)} '
+                           f'(missing {", ".join(missing)})')
 
     def link_frame(link):
         if link not in model.link_names:
@@ -264,7 +262,7 @@ def build_problem(config: Config | str) -> Problem | MechanismProblem:
         substeps = int(round(ratio))
         if substeps < 1 or abs(ratio - substeps) > 1e-6 * ratio:
             raise config_error(config, 'model.dt', f'expected 1 / data.rate = {dt:g} s divided '
-                                f'by a whole number, got {config.model.dt:g} s')
+                               f'by a whole number, got {config.model.dt:g} s')
     return Problem(config=config, model=model, base_params=params, spec=spec, dt=dt,
                    substeps=substeps, mocap=_mocap_frames(config, model, locate))
 
@@ -302,7 +300,6 @@ def prepare_trajectories(problem: Problem, trajectories: Sequence[Trajectory | s
             traj = trajectory_io.resample(traj, problem.config.data.rate)
         out.append(traj)
     return out
-
 
 
 class BodyInertia(NamedTuple):
@@ -355,16 +352,15 @@ def _build_mechanism_problem(config: Config) -> MechanismProblem:
     joints = tuple(mech.bar_names[k] for k in mech.angle_bars)
     if cfg.joints and set(cfg.joints) != set(joints):
         raise config_error(config, 'model.joints', f'mechanism {cfg.mechanism!r} has the '
-                            f'angle coordinates {", ".join(joints)}; got {list(cfg.joints)}')
+                           f'angle coordinates {", ".join(joints)}; got {list(cfg.joints)}')
     known = identification.parameter_names(mech)
     for name in config.parameters.names:
         if name not in known:
             raise config_error(config, f'parameters.{name}', f'not a parameter of mechanism '
-                                f'{cfg.mechanism!r}; expected one of {", ".join(known)}')
+                               f'{cfg.mechanism!r}; expected one of {", ".join(known)}')
         if not all(map(math.isfinite, config.parameters.bounds[name])):
             raise config_error(config, f'parameters.{name}', 'factor_graph needs finite min '
-                                'and max (its Gaussian prior has std (max - min) / 4)')
+                               'and max (its Gaussian prior has std (max - min) / 4)')
     return MechanismProblem(config=config, mechanism=mech, base_params=params,
                             q_branch=np.asarray(q_branch), names=config.parameters.names,
                             dt=1.0 / config.data.rate)
-

@@ -18,15 +18,15 @@ from __future__ import annotations
 import os
 from typing import IO, Sequence
 
+import corner
 import matplotlib
 
 matplotlib.use('Agg')
-import corner  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
+import numpy as np  # noqa: E402
 
 __all__ = ['convergence_figure', 'plot_posterior', 'plot_trajectory_density',
            'posterior_figure', 'prediction_figure', 'save_figure',

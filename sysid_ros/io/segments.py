@@ -19,7 +19,7 @@ import numpy as np
 from sysid_ros.core.likelihoods import metrics
 from sysid_ros.io import estimator_data, simulation
 from sysid_ros.io.estimator_data import estimate_noise_std
-from sysid_ros.io.problem import Problem, prepare_trajectories
+from sysid_ros.io.problem import prepare_trajectories, Problem
 from sysid_ros.io.trajectory import Trajectory
 
 __all__ = ['HeldOutRollouts', 'rollouts', 'posterior_metrics']
@@ -93,11 +93,11 @@ def posterior_metrics(problem: Problem, held: HeldOutRollouts) -> dict:
     sim = held.sim[finite]
     real = held.real
     num, horizon, dims = real.shape
-    out = dict(num_segments=int(num), horizon=int(horizon),
-               num_trajectories=int(held.num_trajectories),
-               num_particles=int(held.sim.shape[0]), num_diverged=int(np.sum(~finite)),
-               kl_real_sim=math.nan, kl_sim_real=math.nan, mmd=math.nan,
-               log_likelihood=math.nan, nmse=math.nan)
+    out = {'num_segments': int(num), 'horizon': int(horizon),
+           'num_trajectories': int(held.num_trajectories),
+           'num_particles': int(held.sim.shape[0]), 'num_diverged': int(np.sum(~finite)),
+           'kl_real_sim': math.nan, 'kl_sim_real': math.nan, 'mmd': math.nan,
+           'log_likelihood': math.nan, 'nmse': math.nan}
     if sim.shape[0] == 0:
         return out
     scaled_real = real / held.scale

@@ -16,7 +16,7 @@ from sysid_ros.core.constrained import mechanisms
 from sysid_ros.core.dynamics import integrators, observations, rigid_body
 from sysid_ros.core.model.types import Params, RobotModel
 from sysid_ros.io import estimator_data
-from sysid_ros.io.problem import MechanismProblem, Problem, prepare_trajectories
+from sysid_ros.io.problem import MechanismProblem, prepare_trajectories, Problem
 from sysid_ros.io.trajectory import DataError, Trajectory
 
 __all__ = [
@@ -198,8 +198,8 @@ def simulate(problem: Problem, params: Params | None = None, duration: float = 1
         q0 = np.clip(np.zeros(model.nv), model.q_min or -np.inf, model.q_max or np.inf)
         x0 = np.concatenate([q0, np.zeros(model.nv)])
     states = np.asarray(rollout(model, params, jnp.asarray(x0, float), jnp.asarray(controls),
-                                 problem.dt, integrator=cfg.model.integrator,
-                                 actuator=cfg.model.actuator, substeps=problem.substeps))
+                                problem.dt, integrator=cfg.model.integrator,
+                                actuator=cfg.model.actuator, substeps=problem.substeps))
     if not np.all(np.isfinite(states)):
         raise DataError('simulate: the simulation diverged; lower the excitation or the step')
     q, qd = states[:, :model.nv], states[:, model.nv:]
@@ -252,7 +252,6 @@ def prediction_error(problem: Problem, theta, trajectory: Trajectory, horizon: i
             else math.inf,
             'rmse_qd': float(np.sqrt(np.mean(np.square(error[..., nv:])))) if finite
             else math.inf}
-
 
 
 def _simulate_mechanism(problem: MechanismProblem, params, duration: float, noise: float,

@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pinocchio as pin
 
-from sysid_ros.core.model.types import PRISMATIC, Params, RobotModel
+from sysid_ros.core.model.types import Params, PRISMATIC, RobotModel
 from sysid_ros.io.errors import InputError
 
 
@@ -87,7 +87,9 @@ def update_urdf(urdf_xml: str, model: RobotModel, nominal: Params, identified: P
 
     Args:
       urdf_xml: the URDF that `model` and `nominal` were loaded from (same locked joints).
-      nominal: the parameters as loaded; identified: the parameters to write.
+      model: the model loaded from `urdf_xml`.
+      nominal: the parameters as loaded.
+      identified: the parameters to write.
     """
     root = ET.fromstring(urdf_xml)
     links = {link.get('name'): link for link in root.findall('link')}

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pinocchio as pin
 
-from sysid_ros.core.dynamics import rigid_body
 from sysid_ros.core.dynamics import kinematics
+from sysid_ros.core.dynamics import rigid_body
 from sysid_ros.core.model.types import Params, RobotModel
 from sysid_ros.io import model_io
 
@@ -42,16 +42,16 @@ def _jax_functions(model: RobotModel):
     """Batched, jitted JAX quantities over states (S, nv) for one parameter set."""
     def one(params, q, qd, qdd, tau):
         R, p = kinematics.forward_kinematics(model, params, q)
-        return dict(fk_R=R, fk_p=p, rnea=rigid_body.rnea(model, params, q, qd, qdd),
-                    aba=rigid_body.aba(model, params, q, qd, tau),
-                    crba=rigid_body.crba(model, params, q),
-                    regressor=rigid_body.regressor(model, params, q, qd, qdd))
+        return {'fk_R': R, 'fk_p': p, 'rnea': rigid_body.rnea(model, params, q, qd, qdd),
+                'aba': rigid_body.aba(model, params, q, qd, tau),
+                'crba': rigid_body.crba(model, params, q),
+                'regressor': rigid_body.regressor(model, params, q, qd, qdd)}
     return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0, 0)))
 
 
 def _pinocchio_reference(pmodel: pin.Model, model: RobotModel, q, qd, qdd, tau):
     pdata = pmodel.createData()
-    ref = dict(fk_R=[], fk_p=[], rnea=[], aba=[], crba=[], regressor=[])
+    ref = {'fk_R': [], 'fk_p': [], 'rnea': [], 'aba': [], 'crba': [], 'regressor': []}
     for s in range(q.shape[0]):
         qp = model_io.pinocchio_configuration(model, q[s])
         pin.forwardKinematics(pmodel, pdata, qp)
@@ -82,9 +82,12 @@ def verify(model: RobotModel, params: Params, pmodel: pin.Model | None = None,
     """Compare FK, RNEA, ABA, CRBA and the regressor with Pinocchio at random states.
 
     Args:
-      model, params: the JAX model.
+      model: the JAX model.
+      params: its parameters.
       pmodel: the Pinocchio reference, e.g. parsed straight from the URDF; built from
         `(model, params)` when None (for builders).
+      num_samples: number of random states compared.
+      seed: seed of the random states.
     """
     if pmodel is None:
         pmodel = model_io.to_pinocchio(model, params)

@@ -277,7 +277,8 @@ class WindowBuffer:
         Args:
           t: header stamp [s].
           names: (n,) joint names of the message, any order; must include every model joint.
-          position, velocity: (n,) values in the order of `names` [rad, m; rad/s, m/s].
+          position: (n,) positions in the order of `names` [rad, m].
+          velocity: (n,) velocities in the order of `names` [rad/s, m/s].
           effort: (n,) [N m, N]; required with torque_source 'effort', else ignored.
         """
         with self._cond:

@@ -26,6 +26,7 @@ def _missing_external_urdf(path) -> str | None:
     outside = REPO_ROOT.resolve() not in target.parents
     return str(target) if outside and not target.exists() else None
 
+
 MINIMAL = {
     'model': {'builder': 'double_pendulum', 'joints': ['joint1', 'joint2']},
     'parameters': {'link2': {'mass': {'min': 0.05, 'max': 0.5},

@@ -5,6 +5,7 @@ import pytest
 
 from sysid_ros.io import model_io, verify
 
+
 def test_string_urdf_with_continuous_prismatic_and_fixed_joints(tmp_path, mixed_urdf):
     path = tmp_path / 'mixed.urdf'
     path.write_text(mixed_urdf)

@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sysid_ros.io import config as config_io
 from sysid_ros.core.inference import methods
+from sysid_ros.io import config as config_io
 from sysid_ros.io import estimator_data, pipeline
 from sysid_ros.io.config import ConfigError
 from sysid_ros.io.trajectory import DataError, Trajectory
@@ -105,7 +105,7 @@ def test_build_problem_from_urdf_keeps_configured_joints():
     assert problem.model.joint_names == tuple(joints)
     assert problem.names == ('panda_link4.mass', 'panda_joint4.damping')
     d['model']['joints'] = ['panda_joint1', 'panda_finger_joint1']
-    with pytest.raises(ConfigError, match=r"model\.joints: no joint named "
+    with pytest.raises(ConfigError, match=r'model\.joints: no joint named '
                                           r"'panda_finger_joint1'.*panda_joint7"):
         pipeline.build_problem(config_io.from_dict(d))
 
@@ -129,7 +129,7 @@ def test_payload_on_a_fixed_frame_of_a_reduced_urdf():
         2.0, hand.placement.act(np.array([0.0, 0.0, 0.1])), np.zeros((3, 3)))
     np.testing.assert_allclose(params.inertial[6], expected.toDynamicParameters(), atol=1e-12)
     d['model']['payload']['link'] = 'gripper'
-    with pytest.raises(ConfigError, match=r"model\.payload\.link: no link or frame named "
+    with pytest.raises(ConfigError, match=r'model\.payload\.link: no link or frame named '
                                           r"'gripper'"):
         pipeline.build_problem(config_io.from_dict(d))
     del d['model']['payload']

@@ -6,6 +6,7 @@ from sysid_ros.io import progress
 
 
 class _Terminal(io.StringIO):
+
     def isatty(self):
         return True
 

@@ -30,7 +30,7 @@ def _feed(buf, stamps, names=JOINTS):
 
 
 def _buffer(**kwargs):
-    args = dict(joint_names=JOINTS, rate=100.0, window_length=0.5, hop=0.25)
+    args = {'joint_names': JOINTS, 'rate': 100.0, 'window_length': 0.5, 'hop': 0.25}
     args.update(kwargs)
     return WindowBuffer(**args)
 
@@ -241,16 +241,16 @@ def test_clear_forgets_samples_but_keeps_counters():
 
 
 @pytest.mark.parametrize('kwargs, key', [
-    (dict(joint_names=()), 'joint_names'),
-    (dict(joint_names=('a', 'a')), 'joint_names'),
-    (dict(rate=0.0), 'rate'),
-    (dict(window_length=0.01), 'window_length'),
-    (dict(hop=0.001), 'hop'),
-    (dict(torque_source='joint_states.effort'), 'torque_source'),
-    (dict(mocap_bodies=('a', 'a')), 'mocap_bodies'),
-    (dict(max_gap=0.0), 'max_gap'),
-    (dict(jump_threshold=-1.0), 'jump_threshold'),
-    (dict(max_buffer=0.2), 'max_buffer'),
+    ({'joint_names': ()}, 'joint_names'),
+    ({'joint_names': ('a', 'a')}, 'joint_names'),
+    ({'rate': 0.0}, 'rate'),
+    ({'window_length': 0.01}, 'window_length'),
+    ({'hop': 0.001}, 'hop'),
+    ({'torque_source': 'joint_states.effort'}, 'torque_source'),
+    ({'mocap_bodies': ('a', 'a')}, 'mocap_bodies'),
+    ({'max_gap': 0.0}, 'max_gap'),
+    ({'jump_threshold': -1.0}, 'jump_threshold'),
+    ({'max_buffer': 0.2}, 'max_buffer'),
 ])
 def test_bad_configuration_raises_naming_the_argument(kwargs, key):
     with pytest.raises(ValueError, match=key):
