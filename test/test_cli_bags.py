@@ -40,7 +40,7 @@ def workdir(tmp_path_factory):
         cfg, data=dataclasses.replace(cfg.data, rate=200.0)))
     runs = [pipeline.simulate(fine, duration=2.0, noise=1e-4, seed=s) for s in range(4)]
     bag_writer.write_trajectory_bag(root / 'runs', runs, storage='mcap',
-                              custom_data={'source': 'pipeline.simulate, seeds 0-3'})
+                                    custom_data={'source': 'pipeline.simulate, seeds 0-3'})
     return root, config
 
 
@@ -68,7 +68,7 @@ def test_fit_from_bag_writes_results_and_metrics(workdir, tmp_path, capsys):
     assert metrics['num_segments'] == 10 and metrics['horizon'] == 20
     assert metrics['nmse'] < 1e-3
     assert all(np.isfinite(metrics[k]) for k in ('kl_real_sim', 'kl_sim_real', 'mmd',
-                                                   'log_likelihood'))
+                                                 'log_likelihood'))
 
     # `sysid evaluate` on the same recording: every run now counts.
     scores = tmp_path / 'scores.json'
@@ -103,7 +103,8 @@ def test_bad_bag_exits_non_zero_and_keeps_earlier_results(workdir, tmp_path, cap
         bag = tmp_path / 'renamed'
         traj = bags.read_bag(root / 'runs', ('joint1', 'joint2'),
                              config_io.load_yaml(config).data)[0].trajectory
-        bag_writer.write_trajectory_bag(bag, [dataclasses.replace(traj, joint_names=('hip', 'knee'))])
+        renamed = dataclasses.replace(traj, joint_names=('hip', 'knee'))
+        bag_writer.write_trajectory_bag(bag, [renamed])
     assert cli.main(['fit', '--config', str(config), '--bag', str(bag),
                      '--out', str(out)]) != 0
     err = capsys.readouterr().err

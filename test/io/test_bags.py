@@ -135,7 +135,7 @@ def test_reader_cuts_at_gaps_matches_joints_by_name_and_resamples(tmp_path, stor
     position = np.stack([t_pose, 2 * t_pose, 0 * t_pose], axis=1)
     path = tmp_path / 'bag'
     bag_writer.write_trajectory_bag(path, trajs, storage=storage,
-                              poses={'/mocap/box': (t_pose, position, quat)})
+                                    poses={'/mocap/box': (t_pose, position, quat)})
     segments = bags.read_bag(path, NAMES, _data(mocap_topics=('/mocap/box',)))
     assert len(segments) == 2
     for seg, traj in zip(segments, trajs):
@@ -202,7 +202,7 @@ def test_reader_segments_holdout_and_torque_topic(tmp_path):
 def good_bag(tmp_path_factory):
     root = tmp_path_factory.mktemp('bags')
     bag_writer.write_trajectory_bag(root / 'good', [_trajectory(np.random.default_rng(5))],
-                              storage='mcap')
+                                    storage='mcap')
     return root / 'good'
 
 

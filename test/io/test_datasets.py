@@ -127,7 +127,7 @@ def panda_folder(tmp_path):
     t[100:] += 4e-3                                   # a logging hiccup
     q = np.cos(t)[:, None] + np.arange(7)
     for name, values in (('time', t), ('positions', q), ('velocity', -np.sin(t)[:, None]
-                                                          * np.ones(7)),
+                                                         * np.ones(7)),
                          ('torques', 10 * q)):
         np.savetxt(folder / 'rbt_log' / f'exciting_traj_{name}.txt', values.reshape(-1))
     return folder
