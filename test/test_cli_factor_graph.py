@@ -59,7 +59,7 @@ def test_estimate_recovers_truth_within_two_sigma(fitted):
 def test_posterior_and_marginals_files(fitted):
     _, out = fitted
     assert {'estimate.yaml', 'posterior.npz', 'history.csv', 'convergence.png',
-            'marginals.csv', 'marginals.png', 'report.html'} == set(p.name for p in out.iterdir())
+            'marginals.csv', 'marginals.png', 'report.html'} == {p.name for p in out.iterdir()}
     page = (out / 'report.html').read_text()
     assert all(name in page for name in TRUTH)
     with np.load(out / 'posterior.npz') as saved:
@@ -106,7 +106,7 @@ def test_fit_errors_name_the_key(tmp_path, capsys):
     path.write_text(yaml.safe_dump({'/**': {'ros__parameters': raw}}))
     assert cli.main(['fit', '--config', str(path), '--data', 'none.csv', '--out',
                      str(tmp_path / 'out')]) == 2
-    assert ("parameters.crank.damping: factor_graph needs finite min and max"
+    assert ('parameters.crank.damping: factor_graph needs finite min and max'
             in capsys.readouterr().err)
     raw['parameters']['crank'] = {'damping': {'min': 0.0, 'max': 1.0}}
     raw['parameters']['coupler'] = {'damping': {'min': 0.0, 'max': 1.0}}

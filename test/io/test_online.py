@@ -263,7 +263,7 @@ def test_forgetting_is_validated():
 
 
 def test_the_prior_carries_the_posterior_through_an_uninformative_window(problem, phases,
-                                                                          tmp_path):
+                                                                         tmp_path):
     # The pendulum hanging at rest, unforced: the window says nothing about masses or
     # dampings. With the sequential prior the posterior keeps what earlier windows taught
     # (its spread stays near the prior's); with the bounds prior only, it spreads out.
