@@ -1,4 +1,5 @@
-"""`pipeline.fit` with the Bayesian methods (`io.estimator_fit`, `core.inference.methods`) on a simulated double pendulum.
+"""`pipeline.fit` with the Bayesian methods (`io.estimator_fit`, `core.inference.methods`) on a
+simulated double pendulum.
 
 One small problem for the whole module: two link masses and two joint dampings, 1 s of
 data at 100 Hz (100 steps) in 5 shooting windows, 16 particles. CSVGD is run once (module
@@ -217,7 +218,7 @@ def test_bad_input_fails_before_compilation(problem, traj, no_compilation):
         pipeline.fit(config_io.from_dict(empty), [traj])
     nan = dataclasses.replace(traj, qd=traj.qd.copy(), source='run.npz')
     nan.qd[5, 1] = np.nan
-    with pytest.raises(DataError, match=r"run\.npz: qd: non-finite value \(nan\) at row 5, "
+    with pytest.raises(DataError, match=r'run\.npz: qd: non-finite value \(nan\) at row 5, '
                                         r"joint 'joint2'"):
         pipeline.fit(problem, [nan])
     three = Trajectory(t=traj.t, q=np.zeros((traj.num_samples, 3)),
@@ -229,8 +230,8 @@ def test_bad_input_fails_before_compilation(problem, traj, no_compilation):
 
 def test_pieces_of_unequal_trajectories(problem, traj):
     longer = pipeline.simulate(problem, duration=2.2, noise=NOISE, seed=2)      # 220 steps
-    sp = estimator_data.shooting_problem(problem, pipeline.prepare_trajectories(problem,
-                                                                        [traj, longer]))
+    prepared = pipeline.prepare_trajectories(problem, [traj, longer])
+    sp = estimator_data.shooting_problem(problem, prepared)
     assert sp.data.controls.shape == (3, 100, 2)
     assert sp.data.observations.shape == (3, 101, 4)
     assert sp.info['num_pieces'] == 3 and sp.info['dropped_steps'] == 20
