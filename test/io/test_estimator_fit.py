@@ -7,8 +7,8 @@ import yaml
 
 from sysid_ros import cli
 from sysid_ros.core.inference import methods
-from sysid_ros.io import config as config_io
 from sysid_ros.io import compile_cache, diagnosis, estimator_data, integration_step, pipeline
+from sysid_ros.io import config as config_io
 from sysid_ros.io import results, step_loop, window_refit
 from sysid_ros.io import trajectory as trajectory_io
 
@@ -181,27 +181,27 @@ def test_diagnose_names_each_symptom(problem):
     spec = problem.spec
     initial = np.tile(np.asarray(spec.initial_theta(problem.base_params)), (2, 1))
     steps = step_loop.StepsResult(state=None, info=None, history=np.ones(30),
-                                interrupted=False)
+                                  interrupted=False)
     frozen = diagnosis.diagnose('csvgd', np.ones(30), initial, initial, None, 50.0, steps, spec)
     assert not frozen.converged
     assert any('never moved' in w for w in frozen.warnings)
     assert any('loss 50' in w and 'model.actuator' in w for w in frozen.warnings)
     falling = diagnosis.diagnose('csvgd', np.geomspace(10.0, 1.0, 30), initial, initial + 0.01,
-                               None, 1.0, steps, spec)
+                                 None, 1.0, steps, spec)
     assert not falling.converged and 'estimator.iterations' in falling.warnings[0]
     flat = diagnosis.diagnose('csvgd', np.ones(30), initial, initial + 0.01, None, 1.0, steps,
-                            spec)
+                              spec)
     assert flat.converged and flat.reason.startswith('loss flat') and not flat.warnings
     alone = diagnosis.diagnose('csvgd', np.ones(30), initial[:1], initial[:1] + 0.01, None, 1.0,
-                             steps, spec, bayesian=True)
+                               steps, spec, bayesian=True)
     assert not alone.converged and 'estimator.particles' in alone.warnings[0]
     # A flat loss with particles still contracting (10x over 30 steps: 1.37x between the
     # windows of 4 steps that `diagnosis.SPREAD_SHARE` compares) is no posterior yet; a
     # spread that only fluctuates (+-10 %) has settled.
     contracting = np.geomspace(1.0, 0.1, 30)[:, None] * np.ones((30, 2))
     still = diagnosis.diagnose('csvgd', np.ones(30), initial, initial + 0.01, None, 1.0, steps,
-                             spec, bayesian=True, spread=contracting)
-    assert not still.converged and "spread still changed" in still.warnings[0]
+                               spec, bayesian=True, spread=contracting)
+    assert not still.converged and 'spread still changed' in still.warnings[0]
     # Particles whose mean sits 2 Laplace stds off the joint fit's mode have not reached
     # the posterior; 0.5 std off they may have; a mode within 2 stds of a bound is not
     # checked (the posterior is truncated there, its mean off its mode).
@@ -213,12 +213,12 @@ def test_diagnose_names_each_symptom(problem):
         centre = lower + std * (0.01 if at_bound else 50.0)
         theta = centre + (shift + np.array([[-1e-3], [1e-3]])) * std
         off = diagnosis.diagnose('csvgd', np.ones(30), initial, theta, None, 1.0, steps, spec,
-                               bayesian=True, mode=(centre, covariance))
+                                 bayesian=True, mode=(centre, covariance))
         assert off.converged is not warned
         assert any('from its mode' in w for w in off.warnings) is warned
     wobbling = 1.0 + 0.1 * np.sin(np.arange(30))[:, None] * np.ones((30, 2))
     settled = diagnosis.diagnose('csvgd', np.ones(30), initial, initial + 0.01, None, 1.0,
-                               steps, spec, bayesian=True, spread=wobbling)
+                                 steps, spec, bayesian=True, spread=wobbling)
     assert settled.converged and not settled.warnings
 
 
@@ -232,7 +232,7 @@ def test_one_compiled_estimator_serves_options_its_method_does_not_read(problem,
 
     def build(method, *options):
         return compile_cache.compiled_estimator(problem, method, prepared.target,
-                                          methods.Options(*options))
+                                                methods.Options(*options))
     assert build('lm', 1, 1e-2, 100) is build('lm', 3, 5e-2, 200)
     assert build('csvgd', 4, 1e-2, 100) is build('csvgd', 8, 1e-2, 100)
     assert build('csvgd', 4, 1e-2, 100) is not build('csvgd', 4, 5e-2, 100)
