@@ -20,7 +20,8 @@ REQUIRED_EXEC_DEPENDS = {
     'rclpy', 'sensor_msgs', 'geometry_msgs', 'std_msgs', 'std_srvs', 'diagnostic_msgs',
     'rcl_interfaces', 'python3-numpy', 'python3-scipy', 'python3-yaml', 'pinocchio',
 }
-REQUIRED_TEST_DEPENDS = {'ament_copyright', 'ament_flake8', 'ament_pep257', 'python3-pytest'}
+# Each ament linter declared here runs in the default test run (test/test_<linter>.py).
+REQUIRED_TEST_DEPENDS = {'ament_flake8', 'ament_pep257', 'python3-pytest'}
 
 # Modules that only a ROS 2 install provides; the core and io layers must load none of them.
 ROS_MODULES = ('rclpy', 'rcl_interfaces', 'std_msgs', 'sensor_msgs', 'geometry_msgs',
@@ -52,6 +53,13 @@ def test_manifest_is_format_3_ament_python_with_required_depends():
     test_depends = {e.text for e in root.findall('test_depend')}
     assert REQUIRED_EXEC_DEPENDS <= exec_depends, REQUIRED_EXEC_DEPENDS - exec_depends
     assert REQUIRED_TEST_DEPENDS <= test_depends, REQUIRED_TEST_DEPENDS - test_depends
+
+
+def test_every_declared_ament_linter_runs_in_the_tests():
+    linters = {e.text for e in _manifest().findall('test_depend') if e.text.startswith('ament_')}
+    missing = {name for name in linters
+               if not (REPO_ROOT / 'test' / f'test_{name.removeprefix("ament_")}.py').exists()}
+    assert not missing, f'declared in package.xml but run by no test: {sorted(missing)}'
 
 
 # Modules the code imports -> their rosdep keys, where these differ; and the modules that
