@@ -160,6 +160,8 @@ def identify_online(mech, params, names, p_prior, p_sigma, q0, v0, u, encoder, d
                     ) -> IdentificationResult:
     """Estimates the parameters `names` online from torques and noisy sensors.
 
+    Its length is its argument list; the body builds one smoother and steps it once per sample.
+
     Args:
       mech: the mechanism.
       params: nominal parameters (the entries not in `names` are taken as known).

@@ -158,7 +158,10 @@ def _local_dds(profile: str | None) -> None:
 def run(settings: DemoSettings, names: Sequence[str],
         bounds: Mapping[str, tuple[float, float]], out=sys.stdout) -> int:
     """Run the demo; returns the exit status (EXIT_*). `names`, `bounds`: the configured
-    parameters and their bounds (the caller validated the configuration)."""
+    parameters and their bounds (the caller validated the configuration).
+
+    One function because the subscription callbacks fill the lists its supervision loop reads.
+    """
     _local_dds(settings.fastdds_profile)
     from diagnostic_msgs.msg import DiagnosticArray
     from sysid_ros.ros import qos
