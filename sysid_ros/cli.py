@@ -337,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
                         'mcap, or ROS 1 .bag), cut and held out as data.gap, data.segments '
                         'and data.holdout say; also writes metrics.json and report figures')
     p.add_argument('--out', required=True, metavar='DIR', help='output folder')
-    from sysid_ros.io.config import METHODS
+    from sysid_ros.io.config_sections import METHODS
     p.add_argument('--method', choices=METHODS,
                    help='estimator (default: estimator.method of the config); csvgd, svgd, '
                    'sgld, nuts, emcee and cem write their posterior particles')

@@ -3,9 +3,9 @@
 A page holds a marker line `<!-- generated: NAME -->`; the hook replaces it with the table
 NAME at build time:
 
-- `configuration`: every key of the problem configuration, from `sysid_ros.io.config`'s
-  section dataclasses (field metadata of `_opt`: kind, unit, choices, range; defaults; the
-  `Attributes:` entries of each section's docstring, parsed by griffe).
+- `configuration`: every key of the problem configuration, from `sysid_ros.io.config_sections`'
+  section dataclasses (field metadata of `config_schema.option`: kind, unit, choices, range;
+  defaults; the `Attributes:` entries of each section's docstring, parsed by griffe).
 - `packaged-configs`: the files of `config/`, each with the first line of its comment.
 - `ros-config-parameters`: the ROS parameters a node declares for a configuration
   (`sysid_ros.ros.params.config_parameters` on every packaged `config/*.yaml`).

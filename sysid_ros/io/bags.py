@@ -21,7 +21,7 @@ import warnings
 
 import numpy as np
 
-from sysid_ros.io.config import TORQUE_FROM_JOINT_STATES
+from sysid_ros.io.config_sections import TORQUE_FROM_JOINT_STATES
 from sysid_ros.io.trajectory import continuous_quaternions, DataError, hold_torques, Trajectory
 from sysid_ros.io.window_buffer import interpolate
 

@@ -536,7 +536,7 @@ RESIDUAL_FAMILIES = {
 
 
 def residual_family(name: str) -> Residual:
-    """The entry of `RESIDUAL_FAMILIES` of a residual name (`config.RESIDUALS`)."""
+    """The entry of `RESIDUAL_FAMILIES` of a residual name (`config_sections.RESIDUALS`)."""
     return RESIDUAL_FAMILIES[name]
 
 

@@ -28,7 +28,7 @@ import numpy as np
 import yaml
 
 from sysid_ros.io import report
-from sysid_ros.io.config import BAYESIAN_METHODS
+from sysid_ros.io.config_sections import BAYESIAN_METHODS
 from sysid_ros.io.units import labelled
 
 __all__ = ['LAPLACE_DRAWS', 'REPORT_FILE', 'ReportData', 'posterior_sample', 'render_report',

@@ -18,6 +18,7 @@ import numpy as np
 
 from sysid_ros.core.inference import registry
 from sysid_ros.io import config as config_io
+from sysid_ros.io import config_sections
 from sysid_ros.io import integration_step
 from sysid_ros.io.config import Config, config_error
 from sysid_ros.io.estimator_fit import fit_estimator, start_point_fit
@@ -40,7 +41,7 @@ __all__ = [
     'prediction_error',
 ]
 
-FIT_METHODS = config_io.METHODS
+FIT_METHODS = config_sections.METHODS
 
 
 def fit(config: Config | Problem | MechanismProblem | str,

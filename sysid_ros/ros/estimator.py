@@ -53,6 +53,7 @@ from std_srvs.srv import SetBool, Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from sysid_ros.io import config as config_io
+from sysid_ros.io import config_sections
 from sysid_ros.io import model_io, online, pipeline, verify
 from sysid_ros.io import problem as problem_io
 from sysid_ros.io.errors import InputError
@@ -242,7 +243,7 @@ class EstimatorNode(LifecycleNode):
         self.session = online.OnlineSession(problem)
         self._online = cfg.online
         data = cfg.data
-        from_command = data.torque_source != config_io.TORQUE_FROM_JOINT_STATES
+        from_command = data.torque_source != config_sections.TORQUE_FROM_JOINT_STATES
         self.buffer = WindowBuffer(problem.joint_names, data.rate, cfg.online.window_length,
                                    cfg.online.hop,
                                    torque_source='command' if from_command else 'effort',

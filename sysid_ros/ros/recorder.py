@@ -26,7 +26,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
 from sysid_ros.io import bag_writer
-from sysid_ros.io.config import TORQUE_FROM_JOINT_STATES
+from sysid_ros.io.config_sections import TORQUE_FROM_JOINT_STATES
 from sysid_ros.ros import qos
 from sysid_ros.ros.interfaces import create, Endpoint, SUBSCRIPTION, type_name
 

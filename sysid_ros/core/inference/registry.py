@@ -5,7 +5,7 @@ takes mini-batches, what its particles are, where its intervals come from, how m
 particles it needs) is a field of its `Method` here, not a test of its name: the offline fit,
 the live node and the benchmarks build estimators with `make_estimator` and read the rest
 from `lookup`. The factor-graph method of planar mechanisms (`graph/`) is no `Estimator`
-and is not in this table (`io.config.GRAPH_METHODS`).
+and is not in this table (`io.config_sections.GRAPH_METHODS`).
 """
 
 from __future__ import annotations
