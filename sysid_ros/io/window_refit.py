@@ -48,7 +48,8 @@ def refit_windows(problem: Problem, prepared: estimator_data.MethodData, theta,
     (M,) (unchanged for multiple shooting, whose later windows start at free states):
     Levenberg-Marquardt on these windows, parameters and start states together, from theta
     and the starts that fit it (at most REFIT_STEPS steps; REFIT_ROUNDS of them when the
-    noise is estimated, each weighting the residuals by the last round's estimate), then
+    noise is estimated, each weighting the residuals by the previous refit round's noise
+    estimate), then
 
       * each window's start state the fitted one instead of the noisy measurement, which
         the Bayesian likelihood would hold fixed (errors in variables narrow the intervals);
