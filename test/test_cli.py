@@ -168,6 +168,12 @@ def test_ctrl_c_saves_the_best_result_so_far(workdir, tmp_path, monkeypatch, cap
     estimate = results.read_estimate(out)
     assert estimate['interrupted'] is True and estimate['iterations'] == 2
     assert estimate['consistent'] is True
+    # Not an estimate, and every file says so.
+    assert estimate['converged'] is False and estimate['convergence'].startswith('interrupted')
+    assert len(estimate['warnings']) == 1 and 'not a converged estimate' in estimate['warnings'][0]
+    assert not np.load(out / 'posterior.npz')['converged']
+    assert (out / 'robot_identified.urdf').read_text().splitlines()[0].startswith(
+        '<!-- NOT CONVERGED (interrupted')
 
 
 def test_argument_errors():

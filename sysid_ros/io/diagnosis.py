@@ -114,10 +114,12 @@ class Diagnosis(NamedTuple):
 
 def diagnose(method: str, history, initial, theta, final, loss: float, steps: StepsResult,
              spec, shooting_windows: int = 1, bayesian: bool = False,
-             spread=None, mode=None) -> Diagnosis:
+             spread=None, mode=None, misfit: str = '') -> Diagnosis:
     """Whether a fit converged, and its symptoms of failure, each a warning line naming the
     setting to change:
 
+      * interrupted (Ctrl-C): not converged, with one warning that says so (and nothing else
+        checked: the parameters are where the steps stopped);
       * converged: the method's own tolerance (`StepInfo.converged`), or a loss that fell
         by less than STALL_RTOL over the last STALL_SHARE of the steps (at least
         STALL_STEPS); else the iteration budget ran out while the loss still fell;
@@ -125,7 +127,8 @@ def diagnose(method: str, history, initial, theta, final, loss: float, steps: St
         of its start;
       * defects: the largest normalised shooting defect above DEFECT_TOLERANCE (multiple
         shooting only);
-      * the loss (mean squared noise-normalised residual, ~1 at the truth) above LOSS_LIMIT;
+      * the loss (mean squared noise-normalised residual, ~1 at the truth) above LOSS_LIMIT,
+        with the likelihood's `misfit` hint (`estimator_data.Residual.misfit`);
       * a Bayesian method (`bayesian`) with one particle: its std is no uncertainty;
       * a Bayesian method whose particles' spread (`spread` (steps, M): their std per
         parameter after each step) still changes: `_spread_change` above SPREAD_RTOL. A
@@ -138,7 +141,10 @@ def diagnose(method: str, history, initial, theta, final, loss: float, steps: St
     warnings = []
     history = np.asarray(history, dtype=float)
     if steps.interrupted:
-        return Diagnosis(False, 'interrupted (Ctrl-C)', ())
+        return Diagnosis(False, f'interrupted (Ctrl-C) after {history.size} iterations', (
+            f'{method} was interrupted (Ctrl-C) after {history.size} iterations: the '
+            'parameters are where it stopped, not a converged estimate, and their std is no '
+            'uncertainty; run the fit to its end',))
     if final is not None and bool(np.asarray(final.converged)):
         converged, reason = True, 'tolerance'
     else:
@@ -180,7 +186,8 @@ def diagnose(method: str, history, initial, theta, final, loss: float, steps: St
     if not np.isfinite(loss) or loss > LOSS_LIMIT:
         warnings.append(f'{method}: loss {loss:.4g} (mean squared residual in noise stds; ~1 '
                         'when the model fits): the model misses the data; check '
-                        'model.actuator, model.integrator, the bounds and data.noise_std')
+                        'model.actuator, model.integrator, the bounds and data.noise_std'
+                        + (f'; {misfit}' if misfit else ''))
     return Diagnosis(converged and not warnings, reason, tuple(warnings))
 
 

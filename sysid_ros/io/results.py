@@ -9,8 +9,9 @@
     `iterations`, `final_loss`, `wall_time_s`, `consistent`, `interrupted` and the
     method's diagnostics (the identifiability report among them);
   * `posterior.npz`: `particles` (P, M) in physical units, `names` (M,), `initial` (P, M),
-    `lower`, `upper` (M,), `loss_history` (K,), and `covariance` (M, M) where the result has
-    one (lm's Laplace covariance, the factor graph's);
+    `lower`, `upper` (M,), `loss_history` (K,), `converged` and `convergence` (as in
+    `estimate.yaml`), and `covariance` (M, M) where the result has one (lm's Laplace
+    covariance, the factor graph's);
   * `history.csv`: `iteration,loss`;
   * `convergence.png`: loss per iteration (log scale), drawn with matplotlib's Agg backend;
   * `report.html`: the page a person reads (`io.html_report`): parameters with units and
@@ -24,6 +25,11 @@
     of `online.push_parameters` as a ROS 2 parameters file (`controller_parameters_file`),
     which the controller `online.push_node` loads with `--ros-args --params-file`: the same
     mapping the live estimator pushes (`pushed_values`).
+
+A result that did not converge (interrupted, or with warnings) says so in every file it
+writes: `converged: false` and the warnings in `estimate.yaml` and `report.html`, `converged`
+in `posterior.npz`, and a first comment line in `robot_identified.urdf` and
+`controller_parameters.yaml` (`unconverged_note`), where a file copied on would lose the rest.
 
 Atomicity: everything is first written into a fresh temporary folder beside `out_dir` (in its
 parent, so on the same file system), then that folder replaces `out_dir` by renames. A run that
@@ -58,6 +64,7 @@ __all__ = [
     'CONTROLLER_FILE',
     'EVALUATION_REPORT',
     'pushed_values',
+    'unconverged_note',
     'controller_parameters_file',
     'text_table',
 ]
@@ -203,7 +210,9 @@ def _write_all(folder: str, result, extra: Mapping[str, Any] | None,
     np.savez(os.path.join(folder, 'posterior.npz'), particles=result.particles,
              names=np.asarray(result.names, dtype=str), initial=result.initial,
              lower=result.lower, upper=result.upper, loss_history=result.loss_history,
-             **covariance)
+             converged=np.asarray(bool(result.converged)),
+             convergence=np.asarray(result.convergence, dtype=str), **covariance)
+    note = unconverged_note(result)
     history = np.column_stack([np.arange(1, result.loss_history.size + 1),
                                result.loss_history])
     np.savetxt(os.path.join(folder, 'history.csv'), history, delimiter=',',
@@ -220,7 +229,7 @@ def _write_all(folder: str, result, extra: Mapping[str, Any] | None,
         plot_marginals(os.path.join(folder, 'marginals.png'), t, mean, std, result.names)
     if urdf is not None:
         with open(os.path.join(folder, 'robot_identified.urdf'), 'w', encoding='utf-8') as f:
-            f.write(urdf)
+            f.write(urdf if note is None else _urdf_with_comment(urdf, note))
     if metrics is not None:
         with open(os.path.join(folder, 'metrics.json'), 'w', encoding='utf-8') as f:
             json.dump(_plain(dict(metrics)), f, indent=2)   # NaN is written as NaN
@@ -233,8 +242,30 @@ def _write_all(folder: str, result, extra: Mapping[str, Any] | None,
                              metrics, report)
     if controller is not None:
         with open(os.path.join(folder, CONTROLLER_FILE), 'w', encoding='utf-8') as f:
+            if note is not None:
+                f.write(f'# {note}\n')
             yaml.safe_dump(_plain(dict(controller)), f, sort_keys=False,
                            default_flow_style=False)
+
+
+def unconverged_note(result) -> str | None:
+    """One line that says a result did not converge and where to read why (None for a
+    converged one): what `robot_identified.urdf` and `controller_parameters.yaml` begin
+    with."""
+    if result.converged:
+        return None
+    return (f'NOT CONVERGED ({result.convergence or "see the warnings"}): {result.method} '
+            'gave these values without converging; estimate.yaml lists the warnings')
+
+
+def _urdf_with_comment(urdf: str, note: str) -> str:
+    """`urdf` with an XML comment of `note` (no '--' in it) after the XML declaration."""
+    comment = f'<!-- {note.replace("--", "-")} -->\n'
+    text = urdf.lstrip()
+    if text.startswith('<?xml'):
+        end = text.index('?>') + 2
+        return f'{text[:end]}\n{comment}{text[end:].lstrip()}'
+    return comment + text
 
 
 def write_results(out_dir: str | os.PathLike, result, extra: Mapping[str, Any] | None = None,
