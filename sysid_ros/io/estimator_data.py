@@ -47,6 +47,7 @@ Which data a method takes is its registry entry's `data` kind (`core.inference.r
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple, Sequence
 
 import jax
@@ -76,6 +77,9 @@ __all__ = [
     'MOCAP_NOISE_FLOOR',
     'NEA_EDGE_SAMPLES',
     'EQUATION_PIECE_S',
+    'NOISE_MISMATCH',
+    'residual_noise_at',
+    'noise_mismatch',
     'ShootingProblem',
     'MethodData',
     'Residual',
@@ -396,6 +400,54 @@ def filter_taps(problem: Problem) -> int:
 
 
 _fit_noise_std = jax.jit(equation_error.fit_noise_std, static_argnums=(0, 1))
+# A joint's torque residuals at the estimate more than this factor off the noise std the fit
+# assumed make `noise_mismatch` warn.
+NOISE_MISMATCH = 3.0
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _residual_std_at(setting, spec, base_params, theta, data) -> jax.Array:
+    """(nv,) per-joint std of the equation error's torque residuals at theta (M,)."""
+    residuals = equation_error.torque_residuals(setting, spec.to_params(theta, base_params),
+                                                data)
+    return equation_error.residual_noise_std(residuals, spec.num_params)
+
+
+def residual_noise_at(prepared: MethodData, theta) -> np.ndarray | None:
+    """(nv,) per-joint std of the equation error's torque residuals at theta (M,) [N m or
+    N], or None for the output error (whose check is the loss, `diagnosis.diagnose`)."""
+    if prepared.info.get('residual') != 'equation_error':
+        return None
+    target = prepared.target
+    return np.asarray(_residual_std_at(target.likelihood, target.spec, target.base_params,
+                                       jnp.asarray(theta), prepared.data), dtype=float)
+
+
+def noise_mismatch(problem: Problem, info: dict) -> list[str]:
+    """Warning lines where the torque residuals at the estimate
+    (`info['residual_noise_std']`, `residual_noise_at`) are more than NOISE_MISMATCH times
+    smaller or larger than the noise std the equation-error fit weighed them with
+    (`info['noise_std']`, configured or estimated at the start, where a poor start leaves
+    residuals of tens of N m); the line names the value to configure. Empty without
+    `residual_noise_std` (the output error)."""
+    if 'residual_noise_std' not in info:
+        return []
+    fitted = np.asarray(info['residual_noise_std'], dtype=float)
+    assumed = np.asarray(info['noise_std'], dtype=float)
+    ratio = fitted / assumed
+    off = [j for j in range(len(ratio))
+           if not 1.0 / NOISE_MISMATCH <= ratio[j] <= NOISE_MISMATCH]
+    if not off:
+        return []
+    joints = problem.model.joint_names
+    listed = ', '.join(f'{joints[j]} {assumed[j]:.3g} (residuals {fitted[j]:.3g})'
+                       for j in off)
+    suggested = ', '.join(f'{v:.3g}' for v in fitted)
+    return [f'the torque noise std the fit weighed the joints with ({info["noise_std_source"]}'
+            f') is off the residuals at the estimate by more than a factor '
+            f'{NOISE_MISMATCH:g}: {listed} [N m or N]; the joints are weighed wrongly, and a '
+            f"posterior's width with them: set data.torque_noise_std: [{suggested}] and fit "
+            'again']
 
 
 def equation_error_problem(problem: Problem, trajs: Sequence[Trajectory], theta=None
@@ -521,17 +573,27 @@ class Residual(NamedTuple):
         chosen (`io.integration_step`); else its residuals are torques through the inverse
         dynamics of filtered signals, whose noise the excitation design weighs
         (`io.excitation`).
+      misfit: what to try where its loss stays far above 1 (`diagnosis.diagnose`).
     """
 
     shooting: Callable
     data_kinds: tuple[str, ...]
     simulates: bool
+    misfit: str
 
 
 # The one table of the likelihood families, by `estimator.residual`.
 RESIDUAL_FAMILIES = {
-    'output_error': Residual(shooting_problem, registry.DATA_KINDS, True),
-    'equation_error': Residual(equation_error_problem, ('shooting',), False),
+    'output_error': Residual(
+        shooting_problem, registry.DATA_KINDS, True,
+        'a simulation that cannot follow the recorded motion (a velocity-controlled arm, '
+        'friction or elasticity the model lacks) runs away from it: with measured torques, '
+        'estimator.residual: equation_error compares them without simulating; else shorten '
+        'estimator.window'),
+    'equation_error': Residual(
+        equation_error_problem, ('shooting',), False,
+        'check that the torques are joint torques (not currents: data gains) and '
+        'model.actuator (friction), data.torque_noise_std'),
 }
 
 

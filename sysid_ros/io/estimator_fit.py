@@ -14,7 +14,9 @@
 * Result particles: a Bayesian method's final sample; a point estimator's best iterate of
   each restart (lowest loss seen), its estimate the best restart (`FitResult.best`, with
   how many restarts agreed), and for lm its Laplace covariance and the identifiability
-  of the parameters at the start (`diagnosis.identifiability_report`).
+  of the parameters (`diagnosis.identifiability_report`) at the start
+  (`info['identifiability_at_start']`, logged before the fit) and at the estimate
+  (`info['identifiability']`, logged after it).
 * Ctrl-C stops the loop after the last completed step (`interrupted=True`).
 """
 
@@ -29,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sysid_ros.core.inference import registry
+from sysid_ros.core.inference.base import GaussianPrior
 from sysid_ros.core.likelihoods import likelihood as lik
 from sysid_ros.io import estimator_data
 from sysid_ros.io.compile_cache import cached, compiled_estimator, method_error, method_options
@@ -43,25 +46,28 @@ from sysid_ros.io.step_loop import BestSoFar, run_steps, StepsResult
 __all__ = ['start_point_fit', 'fit_estimator']
 
 
-def start_point_fit(problem: Problem, trajs, seed: int,
-                    log: Callable | None = None) -> FitResult:
+def start_point_fit(problem: Problem, trajs, seed: int, log: Callable | None = None,
+                    prior: GaussianPrior | None = None) -> FitResult:
     """The point fit a Bayesian method with `estimator.init: point` starts from: the default
-    point method on single-shooting windows from the data (`window: auto`)."""
+    point method on single-shooting windows from the data (`window: auto`), with `prior`."""
     cfg = problem.config.estimator
     single = dataclasses.replace(problem, config=dataclasses.replace(
         problem.config, estimator=dataclasses.replace(cfg, shooting_windows=1, window='auto')))
     return fit_estimator(single, trajs, registry.DEFAULT_POINT_METHOD, START_FIT_ITERATIONS,
-                         seed=seed, log=log)
+                         seed=seed, log=log, prior=prior)
 
 
 def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
                   progress: Callable | None = None, theta0=None, seed: int | None = None,
                   start: float | None = None, log: Callable | None = None,
-                  point: FitResult | None = None) -> FitResult:
+                  point: FitResult | None = None,
+                  prior: GaussianPrior | None = None) -> FitResult:
     """Run a registered method on prepared trajectories (module doc); `pipeline.fit`'s
     arguments, with `trajs` from `problem.prepare_trajectories`; `log(line)` receives the
     identifiability report and the start fit's summary; `point`: the start fit of a Bayesian
-    method with `init: point` where it was already run (`start_point_fit`).
+    method with `init: point` where it was already run (`start_point_fit`); `prior`: a
+    Gaussian prior in physical units (`earlier_estimate.read_prior`), None: flat. A point
+    method without `theta0` starts at the prior's mean.
 
     Raises:
       ConfigError: a parameter without finite bounds for a Bayesian method, too few
@@ -76,14 +82,16 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
     seed = cfg.seed if seed is None else int(seed)
     if entry.bayesian:
         estimator_data.check_bounds(problem, method)
+    elif theta0 is None and prior is not None:
+        theta0 = np.asarray(prior.mean, dtype=float)
     options = method_options(problem, iterations)
     if not (entry.bayesian and cfg.init == 'point' and theta0 is None):
         point = None
     elif point is None:
         # lm's windows each start at their own state: single shooting, windows from the data.
-        point = start_point_fit(problem, trajs, seed, log)
+        point = start_point_fit(problem, trajs, seed, log, prior)
     begin = fit_start(problem, trajs, method, entry.data, point, theta0,
-                      options.num_particles, seed, log)
+                      options.num_particles, seed, log, prior)
     prepared, theta_init, joint_fit = begin.prepared, begin.theta, begin.joint_fit
     info: dict[str, Any] = dict(begin.info)
     info.update(prepared.info)
@@ -98,7 +106,9 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
     except ValueError as exc:
         raise method_error(problem, exc) from exc
     if est.laplace is not None:
-        info['identifiability'] = _identifiability(problem, method, est, state, theta_init, log)
+        hessian = np.asarray(est.laplace(state)[0][0], dtype=float)
+        info['identifiability_at_start'] = _identifiability(problem, method, hessian,
+                                                            theta_init[0], 'start', log)
     best = BestSoFar(theta_init)
     losses = []
     spreads = []
@@ -113,9 +123,9 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
         losses.append(float(np.min(loss)))
         return losses[-1]
 
-    steps = run_steps(lambda s: est.step(s, next_data(), None), state, iterations, record,
+    steps = run_steps(lambda s: est.step(s, next_data(), prior), state, iterations, record,
                       progress, start, lambda step_info: bool(np.asarray(step_info.converged)))
-    final_theta, final, final_loss = _final_step(est, steps, data)
+    final_theta, final, final_loss = _final_step(est, steps, data, prior)
     best.update(final_loss, final_theta)
     history = np.append(np.asarray(losses[1:], dtype=float), float(np.min(final_loss)))
     best_theta, best_loss = best.overall()
@@ -132,14 +142,25 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
                 best_particle={n: float(v) for n, v in zip(spec.names, best_theta)})
     covariance = covariance_dof = None
     if est.laplace is not None and np.isfinite(best_loss):
-        covariance, covariance_dof = _best_covariance(est, steps.state, best)
+        hessian, covariance, covariance_dof = _best_laplace(est, steps.state, best)
+        info['identifiability'] = _identifiability(problem, method, hessian, best_theta,
+                                                   'estimate', log)
     # Mini-batch losses are noisy: the convergence test reads their mean over an epoch.
     epoch = 1 if schedule is None else -(-schedule.num_pieces // schedule.batch)
+    misfit = estimator_data.residual_family(cfg.residual).misfit
     diagnosis = diagnose(method, _running_mean(history, epoch), theta_init, result_theta, final,
                          result_loss, steps, spec, shooting_windows=cfg.shooting_windows,
                          bayesian=entry.bayesian,
                          spread=np.asarray(spreads[1:] + [np.std(final_theta, axis=0)]),
-                         mode=joint_fit)
+                         mode=joint_fit, misfit=misfit)
+    mismatch = []
+    if not steps.interrupted:
+        noise = estimator_data.residual_noise_at(
+            prepared, np.mean(result_theta, axis=0) if point_estimate is None
+            else point_estimate)
+        if noise is not None:
+            info['residual_noise_std'] = noise.tolist()
+            mismatch = estimator_data.noise_mismatch(problem, info)
     consistent = np.asarray(_consistent_fn(problem)(jnp.asarray(result_theta)), dtype=bool)
     return FitResult(method=method, names=spec.names, particles=np.asarray(result_theta),
                      initial=np.asarray(theta_init, dtype=float),
@@ -149,38 +170,45 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
                      final_loss=result_loss, wall_time=time.perf_counter() - start,
                      consistent=consistent, interrupted=steps.interrupted, info=info,
                      best=point_estimate, covariance=covariance,
-                     covariance_dof=covariance_dof, converged=diagnosis.converged,
-                     convergence=diagnosis.reason, warnings=diagnosis.warnings)
+                     covariance_dof=covariance_dof,
+                     converged=diagnosis.converged and not mismatch,
+                     convergence=diagnosis.reason,
+                     warnings=diagnosis.warnings + tuple(f'{method}: {w}' for w in mismatch))
 
 
-def _final_step(est, steps: StepsResult, data):
+def _final_step(est, steps: StepsResult, data, prior):
     """((P, M) final particles, their StepInfo, (P,) loss) from one more step on all of
-    `data` (its new state discarded); on Ctrl-C the last step's info and NaN losses."""
+    `data` with `prior` (its new state discarded); on Ctrl-C the last step's info and NaN
+    losses."""
     final_theta = np.asarray(est.posterior(steps.state), dtype=float)
     try:
-        _, final = est.step(steps.state, data, None)
+        _, final = est.step(steps.state, data, prior)
         return final_theta, final, np.asarray(final.loss, dtype=float)
     except KeyboardInterrupt:
         return final_theta, steps.info, np.full(final_theta.shape[0], np.nan)
 
 
-def _identifiability(problem: Problem, method: str, est, state, theta_init, log) -> dict:
-    """`identifiability_report` at the start (row 0 of theta_init (P, M)) from the Laplace
-    Hessian of `est`'s initial `state`; its warnings go to `log`."""
-    hessian = np.asarray(est.laplace(state)[0][0], dtype=float)
-    report = identifiability_report(problem, hessian, theta_init[0])
+def _identifiability(problem: Problem, method: str, hessian: np.ndarray, theta, where: str,
+                     log) -> dict:
+    """`identifiability_report` at theta (M,) from the Gauss-Newton `hessian` (M, M) there;
+    its warnings go to `log`, saying `where` it was computed ('start' or 'estimate': a
+    payload at its starting mass of 0.01 kg leaves its COM undetermined, at its estimate
+    not)."""
+    report = identifiability_report(problem, hessian, theta)
     for line in report['warnings']:
-        log(f'WARNING {method}: {line}')
+        log(f'WARNING {method}: at the {where}: {line}')
     return report
 
 
-def _best_covariance(est, state, best: BestSoFar) -> tuple[np.ndarray, float]:
-    """(M, M) Laplace covariance [physical units^2] and its degrees of freedom at the best
-    restart: a Gauss-Newton method's `state` holds each restart's best point (it moves only
-    on a lower cost), so its Laplace terms there are the best restart's."""
-    _, covariances, dofs = est.laplace(state)
+def _best_laplace(est, state, best: BestSoFar) -> tuple[np.ndarray, np.ndarray, float]:
+    """(M, M) Gauss-Newton Hessian, (M, M) Laplace covariance [physical units^2] and its
+    degrees of freedom at the best restart: a Gauss-Newton method's `state` holds each
+    restart's best point (it moves only on a lower cost), so its Laplace terms there are the
+    best restart's."""
+    hessians, covariances, dofs = est.laplace(state)
     restart = int(np.argmin(best.loss))
-    return np.asarray(covariances[restart], dtype=float), float(dofs[restart])
+    return (np.asarray(hessians[restart], dtype=float),
+            np.asarray(covariances[restart], dtype=float), float(dofs[restart]))
 
 
 def _scalar(value):

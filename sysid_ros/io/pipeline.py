@@ -17,8 +17,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from sysid_ros.core.inference import registry
+from sysid_ros.core.inference.base import GaussianPrior
 from sysid_ros.io import config as config_io
 from sysid_ros.io import config_sections
+from sysid_ros.io import estimator_data
 from sysid_ros.io import integration_step
 from sysid_ros.io.config import Config, config_error
 from sysid_ros.io.estimator_fit import fit_estimator, start_point_fit
@@ -47,7 +49,8 @@ FIT_METHODS = config_sections.METHODS
 def fit(config: Config | Problem | MechanismProblem | str,
         trajectories: Sequence[Trajectory | str], progress: Callable | None = None,
         method: str | None = None, iterations: int | None = None, theta0=None,
-        seed: int | None = None, log: Callable | None = None) -> FitResult:
+        seed: int | None = None, log: Callable | None = None,
+        prior: GaussianPrior | None = None) -> FitResult:
     """Identify the configured parameters from measured trajectories.
 
     Args:
@@ -61,10 +64,14 @@ def fit(config: Config | Problem | MechanismProblem | str,
         nominal model's values, for the first particle; see `core.inference.particles`).
       seed: seed of the starting particles and the methods' randomness (default:
         `estimator.seed`).
+      prior: a Gaussian prior over the parameters in physical units, e.g. an earlier fit's
+        posterior (`earlier_estimate.read_prior`); None: flat within the bounds. Not for
+        mechanisms (factor_graph).
       log: `log(line)` receives warnings before the fit (identifiability) and notes,
         among them the integration step chosen (`io.integration_step`: with `model.dt`
         empty, the fewest steps per sample whose discretisation error is far below the
-        noise).
+        noise) and a refit where the torque noise estimated at the start was off
+        (`_fit_with_noise`).
 
     Returns:
       FitResult. On Ctrl-C (KeyboardInterrupt) during the steps: the particles of the last
@@ -89,6 +96,9 @@ def fit(config: Config | Problem | MechanismProblem | str,
         raise config_error(cfg, 'estimator.iterations', f'expected >= 1, got {iterations}')
     trajs = prepare_trajectories(problem, trajectories)
     if isinstance(problem, MechanismProblem):
+        if prior is not None:
+            raise config_error(cfg, 'estimator.method', 'factor_graph takes no prior from an '
+                               'earlier estimate')
         from sysid_ros.io import mechanism_fit      # gtsam is imported only for mechanisms
         return mechanism_fit.fit_factor_graph(problem, trajs, progress, start)
     spec = problem.spec
@@ -98,15 +108,39 @@ def fit(config: Config | Problem | MechanismProblem | str,
             raise ValueError(f'fit: theta0: expected shape ({spec.num_params},) or (P, '
                              f'{spec.num_params}) for {", ".join(spec.names)}; got '
                              f'{theta0.shape}')
-    if cfg.model.dt is not None or not integration_step.integrates(problem, method):
+    log = log or (lambda line: None)
+    seed = cfg.estimator.seed if seed is None else int(seed)
+
+    def fit_once(problem: Problem, theta0, **more) -> FitResult:
         return fit_estimator(problem, trajs, method, iterations, progress=progress,
-                             theta0=theta0, seed=seed, start=start, log=log)
-    return _fit_with_step(problem, trajs, method, iterations, progress, theta0, seed, start,
-                          log or (lambda line: None))
+                             theta0=theta0, seed=seed, start=start, log=log, prior=prior,
+                             **more)
+
+    if cfg.model.dt is not None or not integration_step.integrates(problem, method):
+        return _fit_with_noise(problem, method, fit_once, theta0, log)
+    return _fit_with_step(problem, trajs, method, fit_once, theta0, seed, log, prior)
 
 
-def _fit_with_step(problem: Problem, trajs, method, iterations, progress, theta0, seed, start,
-                   log) -> FitResult:
+def _fit_with_noise(problem: Problem, method: str, fit_once: Callable, theta0,
+                    log: Callable) -> FitResult:
+    """`fit_once(problem, theta0)` (`fit_estimator`), and once more from its estimate where
+    the torque noise it estimated at the start (the equation error without
+    `data.torque_noise_std`) is off the residuals at that estimate
+    (`estimator_data.noise_mismatch`): from nominal values far off, as a payload of 0.01 kg
+    for one of a few kg, the start's residuals are tens of N m where the estimate's are
+    tenths, and the joints would stay weighed by the start's. (A Bayesian method's data are
+    prepared at its point start fit's estimate already.)"""
+    result = fit_once(problem, theta0)
+    if (result.interrupted or registry.lookup(method).bayesian
+            or result.info.get('noise_std_source') != 'estimated'
+            or not estimator_data.noise_mismatch(problem, result.info)):
+        return result
+    log(f'{method}: fitting again with the torque noise estimated at its estimate')
+    return fit_once(problem, result.estimate)
+
+
+def _fit_with_step(problem: Problem, trajs, method: str, fit_once: Callable, theta0,
+                   seed: int, log: Callable, prior) -> FitResult:
     """`fit` with the integration step chosen from the data (`model.dt` empty): at the
     estimate of a fit at the sample period (the point method's own fit, or a Bayesian
     method's start fit), which is kept where that step is fine enough; else the method runs
@@ -114,12 +148,10 @@ def _fit_with_step(problem: Problem, trajs, method, iterations, progress, theta0
     motions the robot did not make: the held-out Panda's undamped start needed more than
     16 RK4 steps per 5 ms sample, its estimate 1."""
     bayesian = registry.lookup(method).bayesian
-    seed = problem.config.estimator.seed if seed is None else int(seed)
     if bayesian:
-        probe = start_point_fit(problem, trajs, seed)
+        probe = start_point_fit(problem, trajs, seed, prior=prior)
     else:
-        probe = fit_estimator(problem, trajs, method, iterations, progress=progress,
-                              theta0=theta0, seed=seed, start=start, log=log)
+        probe = fit_once(problem, theta0)
     if probe.interrupted:                                   # Ctrl-C: nothing more
         return probe
     finer, step = integration_step.resolve(problem, trajs, theta=probe.estimate)
@@ -128,11 +160,9 @@ def _fit_with_step(problem: Problem, trajs, method, iterations, progress, theta0
         result = probe
     elif not bayesian:
         log(f'{method}: fitting again at {finer.substeps} steps per sample, from its estimate')
-        result = fit_estimator(finer, trajs, method, iterations, progress=progress,
-                               theta0=probe.estimate, seed=seed, start=start, log=log)
+        result = fit_once(finer, probe.estimate)
     else:
-        result = fit_estimator(finer, trajs, method, iterations, progress=progress,
-                               theta0=theta0, seed=seed, start=start, log=log, point=probe)
+        result = fit_once(finer, theta0, point=probe)
     result.info.update(substeps=step.substeps, discretisation_error={
         str(s): e for s, e in step.errors.items()})
     return result

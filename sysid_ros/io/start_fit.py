@@ -6,7 +6,9 @@ measured at that estimate, single-shooting windows are refitted jointly from it
 (`window_refit.refit_windows`), and the particles are drawn around that joint fit and its
 Laplace covariance (`particles.gaussian_particles`; the point fit's own estimate and
 covariance for multiple shooting). Without a converged point fit: `theta0` or the nominal
-values in row 0 and Sobol points in the bounds (`particles.initial_particles`).
+values in row 0 and Sobol points in the bounds (`particles.initial_particles`). The data's
+windows (`window: auto`) and the equation error's estimated torque noise are measured at the
+point fit's estimate, else at row 0 of `theta0`, else at the nominal values.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from sysid_ros.core.inference import particles
+from sysid_ros.core.inference.base import GaussianPrior
 from sysid_ros.io import estimator_data
 from sysid_ros.io.compile_cache import method_error
 from sysid_ros.io.fit_result import FitResult
@@ -45,10 +48,11 @@ class Start(NamedTuple):
 
 
 def fit_start(problem: Problem, trajs, method: str, data_kind: str, point: FitResult | None,
-              theta0, num_particles: int, seed: int, log: Callable) -> Start:
+              theta0, num_particles: int, seed: int, log: Callable,
+              prior: GaussianPrior | None = None) -> Start:
     """The data and starting particles of `method` (whose registry data kind is `data_kind`)
     on prepared trajectories `trajs`, from the point fit `point` (None: no point start);
-    `log(line)` receives the start fit's summary.
+    `log(line)` receives the start fit's summary; `prior` joins the windows' joint fit.
 
     Raises:
       ConfigError: too few particles, or bounds the particles cannot be drawn in.
@@ -61,11 +65,16 @@ def fit_start(problem: Problem, trajs, method: str, data_kind: str, point: FitRe
         if point.warnings or point.covariance is None:
             log(f'{method}: the start fit did not converge; starting from Sobol points')
             point = None
-    prepared = estimator_data.method_data(problem, trajs, data_kind,
-                                          theta=None if point is None else point.estimate)
+    if point is not None:
+        at = point.estimate
+    elif theta0 is not None:
+        at = np.asarray(theta0, dtype=float).reshape(-1, problem.spec.num_params)[0]
+    else:
+        at = None
+    prepared = estimator_data.method_data(problem, trajs, data_kind, theta=at)
     start_fit = None if point is None else (point.estimate, point.covariance)
     if point is not None and data_kind == 'shooting':
-        refit = refit_windows(problem, prepared, point.estimate)
+        refit = refit_windows(problem, prepared, point.estimate, prior)
         prepared = refit.prepared
         if refit.theta is not None:
             start_fit = joint_fit = (refit.theta, refit.covariance)

@@ -110,10 +110,11 @@ def test_an_unidentifiable_parameter_is_named_before_the_fit(traj):
     problem = pipeline.build_problem(config_io.from_dict(_config(parameters, iterations=3)))
     lines = []
     result = pipeline.fit(problem, [traj], log=lines.append)
-    ident = result.info['identifiability']
-    assert 'link2.inertia.ixx' in ident['poorly_determined']
-    assert any(line.startswith('WARNING lm:') and 'link2.inertia.ixx' in line
-               for line in lines)
+    # Reported at the start (before the fit) and at the estimate (after it).
+    for where, key in (('start', 'identifiability_at_start'), ('estimate', 'identifiability')):
+        assert 'link2.inertia.ixx' in result.info[key]['poorly_determined']
+        assert any(line.startswith(f'WARNING lm: at the {where}:') and 'link2.inertia.ixx'
+                   in line for line in lines), lines
 
 
 def test_several_starts_return_the_best_not_their_mean(traj):
@@ -186,6 +187,18 @@ def test_diagnose_names_each_symptom(problem):
     assert not frozen.converged
     assert any('never moved' in w for w in frozen.warnings)
     assert any('loss 50' in w and 'model.actuator' in w for w in frozen.warnings)
+    # The likelihood's own hint for a loss far above 1 (the output error's: its alternative).
+    hint = estimator_data.residual_family('output_error').misfit
+    runaway = diagnosis.diagnose('lm', np.ones(30), initial, initial + 0.01, None, 2.7e8,
+                                 steps, spec, misfit=hint)
+    assert any('loss 2.7e+08' in w and 'estimator.residual: equation_error' in w
+               for w in runaway.warnings), runaway.warnings
+    interrupted = diagnosis.diagnose('lm', np.ones(3), initial, initial + 0.01, None, 1.0,
+                                     steps._replace(interrupted=True), spec)
+    assert not interrupted.converged and interrupted.reason.startswith('interrupted')
+    assert interrupted.warnings == (
+        'lm was interrupted (Ctrl-C) after 3 iterations: the parameters are where it stopped, '
+        'not a converged estimate, and their std is no uncertainty; run the fit to its end',)
     falling = diagnosis.diagnose('csvgd', np.geomspace(10.0, 1.0, 30), initial, initial + 0.01,
                                  None, 1.0, steps, spec)
     assert not falling.converged and 'estimator.iterations' in falling.warnings[0]
@@ -237,3 +250,55 @@ def test_one_compiled_estimator_serves_options_its_method_does_not_read(problem,
     assert build('csvgd', 4, 1e-2, 100) is build('csvgd', 8, 1e-2, 100)
     assert build('csvgd', 4, 1e-2, 100) is not build('csvgd', 4, 5e-2, 100)
     assert build('csvgd', 4, 1e-2, 100) is not build('csvgd', 4, 1e-2, 2)
+
+
+# A payload the equation error identifies from a start of 0.01 kg (as a tool's nominal
+# payload): the torque noise estimated there (3 Gauss-Newton steps) is 5 times the residuals
+# at the estimate.
+PAYLOAD_TRUTH = np.array([1.3, 0.06, -0.08, 0.12, 0.07])
+
+
+def _payload_config(**data):
+    return {'model': {'builder': 'double_pendulum', 'integrator': 'rk4',
+                      'payload': {'link': 'link2', 'mass': 0.01}},
+            'parameters': {'payload': {'mass': {'min': 0.0, 'max': 3.0, 'init': 0.01},
+                                       'com': {'x': {'min': -0.2, 'max': 0.2},
+                                               'z': {'min': -0.2, 'max': 0.2}}},
+                           'joint1': {'damping': {'min': 0.0, 'max': 0.5}},
+                           'joint2': {'damping': {'min': 0.0, 'max': 0.5}}},
+            'data': {'rate': 100.0, **data}, 'estimator': {'residual': 'equation_error'}}
+
+
+@pytest.fixture(scope='module')
+def payload_traj():
+    fine = _payload_config()
+    fine['model']['dt'] = 1e-3
+    fine = pipeline.build_problem(config_io.from_dict(fine))
+    params = fine.spec.to_params(PAYLOAD_TRUTH, fine.base_params)
+    return pipeline.simulate(fine, params, duration=8.0, noise=NOISE, seed=3, torque_scale=3.0)
+
+
+def test_torque_noise_estimated_at_a_poor_start_is_estimated_again_at_the_estimate(
+        payload_traj):
+    problem = pipeline.build_problem(config_io.from_dict(_payload_config()))
+    lines = []
+    result = pipeline.fit(problem, [payload_traj], log=lines.append)
+    assert 'lm: fitting again with the torque noise estimated at its estimate' in lines
+    noise = np.asarray(result.info['noise_std'])
+    residuals = np.asarray(result.info['residual_noise_std'])
+    assert np.all(np.abs(np.log(residuals / noise)) < np.log(estimator_data.NOISE_MISMATCH))
+    assert result.converged and not result.warnings
+    assert abs(result.estimate[0] - PAYLOAD_TRUTH[0]) < 0.01 * PAYLOAD_TRUTH[0]
+
+
+def test_a_configured_torque_noise_far_off_the_residuals_names_the_value_to_set(
+        payload_traj):
+    problem = pipeline.build_problem(config_io.from_dict(_payload_config(
+        torque_noise_std=[5.0])))
+    result = pipeline.fit(problem, [payload_traj])
+    assert not result.converged
+    [warning] = [w for w in result.warnings if 'torque noise std' in w]
+    suggested = ', '.join(f'{v:.3g}' for v in result.info['residual_noise_std'])
+    assert 'joint1 5 (residuals' in warning and 'joint2 5 (residuals' in warning
+    assert f'data.torque_noise_std: [{suggested}]' in warning
+    assert max(result.info['residual_noise_std']) < 0.5        # the residuals, not the 5 N m
