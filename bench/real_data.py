@@ -72,10 +72,10 @@ import pinocchio as pin
 from bench import experiment_pendulum11 as exp2
 
 from sysid_ros.core.dynamics import actuators  # noqa: E402
-from sysid_ros.core.dynamics import rigid_body  # noqa: E402
 from sysid_ros.core.likelihoods import likelihood as lik  # noqa: E402
 from sysid_ros.io import datasets, estimator_data, model_io, pipeline, report  # noqa: E402
 from sysid_ros.io import trajectory as trajectory_io  # noqa: E402
+from sysid_ros.io.torque_prediction import torque_function, torque_scores  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, '..', 'shared', 'data')
@@ -195,35 +195,6 @@ def run_ibm_cli(source: str, out: str) -> dict:
 # Torque prediction (KUKA, Panda)
 # ------------------------------------------------------------------------------------------
 
-def _torque_fn(model, actuator: str):
-    """jit(params, q, qd, qdd (N, nv)) -> (N, nv) inverse-dynamics torques incl. armature,
-    friction and offsets."""
-    act = actuators.get_actuator(actuator)
-
-    def one(params, q, qd, qdd):
-        friction_and_offset = -act(model, params, q, qd, jnp.zeros_like(q))
-        return rigid_body.rnea(model, params, q, qd, qdd) + friction_and_offset
-
-    return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0)))
-
-
-def torque_nrmse(predicted, measured) -> tuple[float, np.ndarray]:
-    """(mean over joints, (nv,) per joint) of RMS(predicted - measured) / RMS(measured)."""
-    per_joint = (np.sqrt(np.mean(np.square(predicted - measured), axis=0))
-                 / np.sqrt(np.mean(np.square(measured), axis=0)))
-    return float(np.mean(per_joint)), per_joint
-
-
-def pooled_relative_error(predicted, measured) -> float:
-    """||predicted - measured|| / ||measured|| over all (N, nv) samples and joints [-]."""
-    return float(np.linalg.norm(predicted - measured) / np.linalg.norm(measured))
-
-
-def torque_scores(predicted, measured) -> tuple[float, np.ndarray, float]:
-    """(mean nRMSE, (nv,) per-joint nRMSE, pooled relative error) of (N, nv) torques."""
-    return torque_nrmse(predicted, measured) + (pooled_relative_error(predicted, measured),)
-
-
 def _nea_fit(config: str, trajs, urdf: str | None = None):
     cfg = pipeline.config_io.load_yaml(config)
     if urdf is not None:
@@ -294,7 +265,7 @@ def run_kuka(source: str, out: str) -> dict:
     (test,) = datasets.load_dataset('kuka-lwr4', source, [3])
     problem, params, result = _nea_fit(os.path.join(CONFIG, 'kuka_lwr4.yaml'), train,
                                        os.path.join(source, 'model', 'kuka_lwr4.urdf'))
-    torques = _torque_fn(problem.model, problem.config.model.actuator)
+    torques = torque_function(problem.model, problem.config.model.actuator)
     q, qd, qdd = (jnp.asarray(a) for a in (test.q, test.qd, test.qdd))
     rows = {'ours (NEA, runs 1-2)': torque_scores(np.asarray(torques(params, q, qd, qdd)),
                                                   test.tau)}
@@ -305,7 +276,7 @@ def run_kuka(source: str, out: str) -> dict:
     for name, file in KUKA_REFERENCES.items():
         model, ref = _reference_model(os.path.join(source, 'model', file))
         assert model.joint_names == problem.model.joint_names, model.joint_names
-        ref_torques = _torque_fn(model, 'coulomb_viscous')
+        ref_torques = torque_function(model, 'coulomb_viscous')
         rows[f'{name} URDF'] = torque_scores(np.asarray(ref_torques(ref, q, qd, qdd)),
                                              test.tau)
     _print_torques('KUKA LWR4+: joint torques of run 3 (held out) from recorded q, qd, qdd',
@@ -333,8 +304,8 @@ def run_panda(source: str, out: str) -> dict:
     (test,) = pipeline.prepare_trajectories(problem, [run.sample_range(split, run.num_samples)])
     samples = estimator_data.nea_samples(test)
     q, qd, qdd = (jnp.asarray(samples[k]) for k in ('q', 'qd', 'qdd'))
-    torques = _torque_fn(problem.model, problem.config.model.actuator)
-    rigid = _torque_fn(problem.model, 'ideal')
+    torques = torque_function(problem.model, problem.config.model.actuator)
+    rigid = torque_function(problem.model, 'ideal')
     rows = {'ours (NEA, first 14 s)': torque_scores(np.asarray(torques(params, q, qd, qdd)),
                                                     samples['tau']),
             'example-robot-data URDF': torque_scores(

@@ -80,10 +80,15 @@ def _cmd_fit(args) -> int:
         fit_data, held_out = args.data, None
     trajectories = pipeline.prepare_trajectories(problem, fit_data)   # bad data: fail early
     method = args.method or cfg.estimator.method
+    prior = None
+    if args.prior:
+        prior = _read_prior(args.prior, problem)
     with progress.progress_bar(f'sysid fit [{method}]') as report:
         result = pipeline.fit(problem, trajectories, progress=report, method=method,
-                              iterations=args.iterations, log=_log_line)
+                              iterations=args.iterations, log=_log_line, prior=prior)
     extra = {'config': os.path.abspath(args.config)}
+    if args.prior:
+        extra['prior'] = os.path.abspath(args.prior)
     scores = figures = held = None
     if args.bag:
         extra['bag'] = os.path.abspath(args.bag)
@@ -119,6 +124,22 @@ def _cmd_fit(args) -> int:
     for line in result.warnings:
         print(f'WARNING {line}', file=sys.stderr)
     return FIT_NOT_CONVERGED if result.warnings else 0
+
+
+def _read_prior(path: str, problem):
+    """The GaussianPrior of `sysid fit --prior` (`earlier_estimate.read_prior`), its source
+    logged."""
+    from sysid_ros.io import earlier_estimate, pipeline
+
+    if not isinstance(problem, pipeline.Problem):
+        from sysid_ros.io.errors import InputError
+        raise InputError(f'{path}: --prior: factor_graph (mechanisms) takes no prior')
+    spec = problem.spec
+    earlier = earlier_estimate.read_prior(path, spec.names,
+                                          spec.initial_theta(problem.base_params))
+    _log_line(f'prior from {earlier_estimate.estimate_path(path)} ({earlier.source}): '
+              f'{", ".join(earlier.names)}')
+    return earlier.prior
 
 
 def _log_line(line: str) -> None:
@@ -182,25 +203,17 @@ def _cmd_evaluate(args) -> int:
 
     import numpy as np
 
-    from sysid_ros.io import config as config_io
-    from sysid_ros.io import html_report, pipeline, results, units
+    from sysid_ros.io import html_report, results, units
     from sysid_ros.io.trajectory import DataError
 
-    posterior = os.path.join(args.posterior, 'posterior.npz')
-    if not os.path.isfile(posterior):
-        raise DataError(f'{posterior}: --posterior: no saved posterior (run sysid fit first)')
-    estimate = results.read_estimate(args.posterior)
-    config = args.config or estimate.get('config')
-    if not config:
-        raise DataError(f'{args.posterior}: estimate.yaml names no config; pass --config')
-    problem = pipeline.build_problem(config_io.load_yaml(config))
+    problem, estimate, posterior = _fitted_problem(args.posterior, args.config)
     with np.load(posterior, allow_pickle=False) as saved:
         particles, names = saved['particles'], tuple(str(n) for n in saved['names'])
         history = saved['loss_history']
         covariance = saved['covariance'] if 'covariance' in saved else None
     if names != problem.names:
         raise DataError(f'{posterior}: parameters {list(names)} do not match those of '
-                        f'{config}: {list(problem.names)}')
+                        f'the configuration: {list(problem.names)}')
     from sysid_ros.io import bags
 
     trajectories = [s.trajectory for s in bags.read_bag(args.bag, problem.joint_names,
@@ -219,6 +232,65 @@ def _cmd_evaluate(args) -> int:
         html_report.ReportData(units.parameter_units(problem), units.state_labels(problem),
                                held), title=f'sysid evaluate on {os.path.basename(args.bag)}')
     print(f'report: {os.path.abspath(page)}')
+    return 0
+
+
+def _fitted_problem(folder: str, config: str | None):
+    """(Problem, estimate.yaml content, posterior.npz path) of a `sysid fit` results folder,
+    the problem built from `config` or else the configuration the fit names."""
+    from sysid_ros.io import config as config_io
+    from sysid_ros.io import pipeline, results
+    from sysid_ros.io.trajectory import DataError
+
+    posterior = os.path.join(folder, 'posterior.npz')
+    if not os.path.isfile(posterior):
+        raise DataError(f'{posterior}: --posterior: no saved posterior (run sysid fit first)')
+    estimate = results.read_estimate(folder)
+    config = config or estimate.get('config')
+    if not config:
+        raise DataError(f'{folder}: estimate.yaml names no config; pass --config')
+    return pipeline.build_problem(config_io.load_yaml(config)), estimate, posterior
+
+
+def _cmd_predict(args) -> int:
+    import json
+
+    from sysid_ros.io import pipeline, results, torque_prediction
+    from sysid_ros.io.trajectory import DataError
+
+    problem, estimate, _ = _fitted_problem(args.posterior, args.config)
+    if not isinstance(problem, pipeline.Problem):
+        raise DataError(f'{args.posterior}: sysid predict needs a robot model, not a mechanism')
+    entries = estimate.get('parameters') or {}
+    missing = [n for n in problem.names if n not in entries]
+    if missing:
+        raise DataError(f'{args.posterior}: estimate.yaml has no {missing[0]!r} of the '
+                        'configuration')
+    theta = [float(entries[n]['mean']) for n in problem.names]
+    if args.bag:
+        from sysid_ros.io import bags
+
+        trajectories = [s.trajectory for s in bags.read_bag(args.bag, problem.joint_names,
+                                                            problem.config.data)]
+    else:
+        trajectories = pipeline.prepare_trajectories(problem, args.data)
+    prediction = torque_prediction.predict_torques(problem, theta, trajectories)
+    rows = [(joint, f'{nominal:.4f}', f'{fitted:.4f}') for joint, nominal, fitted in zip(
+        problem.joint_names, prediction.nominal.per_joint, prediction.fitted.per_joint)]
+    rows += [('mean', f'{prediction.nominal.nrmse:.4f}', f'{prediction.fitted.nrmse:.4f}'),
+             ('pooled', f'{prediction.nominal.pooled:.4f}', f'{prediction.fitted.pooled:.4f}')]
+    print(f'torque nRMSE on {prediction.num_samples} samples (RMS error / RMS torque per joint)')
+    print(results.text_table(('joint', 'nominal', 'fitted'), rows))
+    if args.out:
+        scores = {'num_samples': prediction.num_samples, 'joints': list(problem.joint_names)}
+        for which in ('nominal', 'fitted'):
+            s = getattr(prediction, which)
+            scores[which] = {'nrmse': s.nrmse, 'per_joint': s.per_joint.tolist(),
+                             'pooled': s.pooled}
+        tmp = f'{args.out}.tmp{os.getpid()}'
+        with open(tmp, 'w', encoding='utf-8') as f:
+            json.dump(scores, f, indent=2)
+        os.replace(tmp, args.out)
     return 0
 
 
@@ -345,6 +417,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help='optimiser steps (default: estimator.iterations)')
     p.add_argument('--particles', type=_positive_int, metavar='N',
                    help='particles (default: estimator.particles)')
+    p.add_argument('--prior', metavar='ESTIMATE', help='an earlier fit (its results folder or '
+                   'estimate.yaml) as the prior of the parameters both name, e.g. the robot '
+                   'without its load before a fit of the load')
     p.set_defaults(func=_cmd_fit)
 
     p = sub.add_parser('evaluate', help='score a saved posterior on another recording')
@@ -356,6 +431,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--report', metavar='FILE', help='the HTML report (default: '
                    'evaluation.html in the --posterior folder)')
     p.set_defaults(func=_cmd_evaluate)
+
+    p = sub.add_parser('predict', help="a fit's joint torques on any recording (inverse "
+                       'dynamics at the recorded motion), per-joint nRMSE beside the nominal '
+                       "model's")
+    p.add_argument('--posterior', required=True, metavar='DIR', help='output folder of '
+                   'sysid fit (estimate.yaml)')
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument('--data', nargs='+', metavar='PATH',
+                        help='recordings (.npz or .csv trajectories)')
+    source.add_argument('--bag', metavar='PATH', help='a rosbag')
+    p.add_argument('--config', help='problem configuration (default: the one of the fit)')
+    p.add_argument('--out', metavar='FILE', help='also write the scores as JSON here')
+    p.set_defaults(func=_cmd_predict)
 
     p = sub.add_parser('record', help='record the configured topics into a rosbag2 (Ctrl-C '
                        'stops and closes it)')

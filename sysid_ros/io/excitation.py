@@ -47,7 +47,7 @@ from sysid_ros.core.dynamics import control
 from sysid_ros.core.excitation import design as design_lib
 from sysid_ros.core.excitation import limits as limits_lib
 from sysid_ros.core.likelihoods import equation_error
-from sysid_ros.io import estimator_data
+from sysid_ros.io import earlier_estimate, estimator_data
 from sysid_ros.io.config import config_error
 from sysid_ros.io.errors import InputError, located, read_yaml
 from sysid_ros.io.problem import Problem
@@ -245,26 +245,6 @@ def _require_additive(problem: Problem) -> str:
     return actuator
 
 
-def _read_prior(path: str, names: Sequence[str]) -> dict[str, tuple[float, float]]:
-    """{name: (mean, std)} of the parameters of a saved estimate.yaml that `names` holds."""
-    estimate = read_yaml(path)
-    entries = estimate.get('parameters') if isinstance(estimate, Mapping) else None
-    if not isinstance(entries, Mapping):
-        raise InputError(located(path, 'parameters', 'expected the map of an estimate.yaml '
-                                 '(sysid fit)'))
-    prior = {}
-    for name in names:
-        entry = entries.get(name)
-        if isinstance(entry, Mapping) and 'mean' in entry and 'std' in entry:
-            mean, std = float(entry['mean']), float(entry['std'])
-            if math.isfinite(mean) and math.isfinite(std) and std > 0.0:
-                prior[name] = (mean, std)
-    if not prior:
-        raise InputError(located(path, 'parameters', f'expected a mean and a positive std of '
-                                 f'at least one of {", ".join(names)}'))
-    return prior
-
-
 def design_point(problem: Problem, prior: str | None = None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(M,) each: the design point [physical units] (module doc), the unit of each scaled
@@ -281,7 +261,7 @@ def design_point(problem: Problem, prior: str | None = None
     scale = np.where(bounded, width, np.maximum(np.abs(theta), 1.0))
     precision = np.where(bounded, _UNIFORM_PRECISION, 0.0)
     if prior is not None:
-        for name, (mean, std) in _read_prior(prior, spec.names).items():
+        for name, (mean, std) in earlier_estimate.read_means_and_stds(prior, spec.names).items():
             k = spec.index(name)
             theta[k] = mean
             precision[k] = (scale[k] / std) ** 2
