@@ -11,6 +11,7 @@ weighs the joints by their torques.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple, Sequence
 
 import jax
@@ -26,9 +27,11 @@ __all__ = ['torque_function', 'torque_nrmse', 'pooled_relative_error', 'TorqueSc
            'torque_scores', 'Prediction', 'predict_torques']
 
 
+@functools.lru_cache(maxsize=16)
 def torque_function(model, actuator: str) -> Callable:
     """Jitted `torques(params, q, qd, qdd) -> (N, nv)` [N m or N] of (N, nv) samples: RNEA
-    plus `actuator`'s friction and offsets (the torque the joints need for that motion)."""
+    plus `actuator`'s friction and offsets (the torque the joints need for that motion); one
+    compiled function per model and actuator."""
     actuator_fn = actuators.get_actuator(actuator)
 
     def one(params, q, qd, qdd):

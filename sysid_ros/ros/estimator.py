@@ -54,7 +54,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from sysid_ros.io import config as config_io
 from sysid_ros.io import config_sections
-from sysid_ros.io import model_io, online, pipeline, verify
+from sysid_ros.io import input_checks, model_io, online, pipeline, verify
 from sysid_ros.io import problem as problem_io
 from sysid_ros.io.errors import InputError
 from sysid_ros.io.window_buffer import WindowBuffer
@@ -139,7 +139,9 @@ DIAGNOSTICS = Endpoint(
     '/diagnostics', DiagnosticArray, PUBLISHER,
     "at online.diagnostics_rate of wall time, in diagnostic_updater's form (statuses "
     "'<node name>: <task>', hardware_id the model's name): per input topic (received, rate, "
-    'seconds silent: WARN after online.silent_warn, STALE after online.silent_stale); the '
+    'seconds silent: WARN after online.silent_warn, STALE after online.silent_stale; WARN '
+    'from the first window on where io.input_checks fail: joint states below data.rate, '
+    'efforts that are not joint torques); the '
     'window buffer (fill, rejected messages by reason, ignored joint names, time jumps, '
     'dropped windows); the estimator (windows, iteration time, lag from window end to '
     'publish, predictive ESS, divergences, loss, noise scale, prior inflation; WARN when '
@@ -253,6 +255,7 @@ class EstimatorNode(LifecycleNode):
                         *data.mocap_topics]
         self._diagnostics = EstimatorDiagnostics(self.get_name(), problem.model.name,
                                                  self._topics, cfg.online)
+        self._inputs_checked = False
         self._subscribe(JOINT_STATES, self._on_joint_state,
                         joint_states_topic=data.joint_states_topic)
         if from_command:
@@ -451,6 +454,8 @@ class EstimatorNode(LifecycleNode):
                 window = self.buffer.pop_window(latest=True)
                 if window is None or self._stop.is_set():
                     continue
+                if not self._inputs_checked:
+                    self._check_inputs(window)
                 steps = self.session.problem.substeps
                 result = self.session.update(window)
                 if self.session.problem.substeps != steps:
@@ -465,6 +470,28 @@ class EstimatorNode(LifecycleNode):
         except Exception as exc:                 # report, keep the node (and its files) alive
             if not self._stop.is_set():
                 self.get_logger().error(f'estimator worker stopped: {exc!r}')
+
+    def _check_inputs(self, window) -> None:
+        """The input checks (`io.input_checks`) on the first window: each failed one WARNs
+        on its topic's status and is logged once."""
+        self._inputs_checked = True
+        data = self.problem.config.data
+        from_command = data.torque_source != config_sections.TORQUE_FROM_JOINT_STATES
+        torque_topic = data.torque_source if from_command else data.joint_states_topic
+        try:
+            traj = online.window_trajectory(self.problem, window)
+            found = {data.joint_states_topic: [input_checks.rate_warning(
+                self.buffer.stats().input_rate, data.rate, data.joint_states_topic)]}
+            found.setdefault(torque_topic, []).append(input_checks.effort_warning(
+                self.problem, traj, torque_topic if from_command else f'{torque_topic} (effort)'))
+        except Exception as exc:                 # a check is no reason to stop estimating
+            self.get_logger().warning(f'input checks failed: {exc!r}')
+            return
+        for topic, lines in found.items():
+            lines = [line for line in lines if line]
+            self._diagnostics.checked(topic, lines)
+            for line in lines:
+                self.get_logger().warning(line)
 
     def _publish(self, result: online.WindowResult, window, predicted) -> None:
         problem, t = self.problem, result.t_end

@@ -41,6 +41,7 @@ class EstimatorDiagnostics:
         self._last_seen: dict[str, float | None] = dict.fromkeys(self._topics)
         self._counts = dict.fromkeys(self._topics, 0)
         self._lock = threading.Lock()
+        self._checks: dict[str, tuple[str, ...]] = {}
         self._last: WindowResult | None = None
         self._lag = float('nan')
 
@@ -48,6 +49,12 @@ class EstimatorDiagnostics:
         """Count a message received on `topic` now."""
         self._last_seen[topic] = time.monotonic()
         self._counts[topic] += 1
+
+    def checked(self, topic: str, warnings: Sequence[str]) -> None:
+        """The failed input checks of `topic` (`io.input_checks`): its status is WARN with
+        them while it is receiving."""
+        with self._lock:
+            self._checks[topic] = tuple(warnings)
 
     def published(self, result: WindowResult, lag: float) -> None:
         """Remember the last published window and its lag from window end to publish [s]."""
@@ -83,7 +90,12 @@ class EstimatorDiagnostics:
             level, message = DiagnosticStatus.WARN, f'silent for {silent:.1f} s'
         else:
             level, message = DiagnosticStatus.OK, 'receiving'
-        values = {'received': self._counts[topic], 'silent_s': f'{silent:.3f}'}
+        with self._lock:
+            checks = self._checks.get(topic, ())
+        if checks and level == DiagnosticStatus.OK:
+            level, message = DiagnosticStatus.WARN, '; '.join(checks)
+        values = {'received': self._counts[topic], 'silent_s': f'{silent:.3f}',
+                  'checks_failed': len(checks)}
         if rate is not None:
             values['rate_hz'] = f'{rate:.2f}'
         return self._status(f'input {topic}', level, message, values)

@@ -281,6 +281,7 @@ def test_diagnostics_report_rates_lag_and_ess(live, ros):
     level, values = _status(msg, 'input /joint_states')
     assert level == OK
     assert float(values['rate_hz']) == pytest.approx(200.0, rel=0.05)
+    assert values['checks_failed'] == '0'                # rate and efforts (io.input_checks)
     _, values = _status(msg, 'estimator')
     assert float(values['lag_s']) > 0.0 and float(values['iteration_time_s']) > 0.0
     assert 1.0 <= float(values['ess']) <= 16.0
