@@ -1,5 +1,6 @@
 """Result files: content, round trip and atomic replacement."""
 
+import dataclasses
 import os
 
 import numpy as np
@@ -17,7 +18,8 @@ def _result(value=1.0, method='nea'):
                      lower=np.array([0.1, 0.0, -np.inf]), upper=np.array([5.0, 1.0, np.inf]),
                      loss_history=np.array([1.0, 0.1, 0.01]), iterations=3, final_loss=0.01,
                      wall_time=1.5, consistent=np.array([True]),
-                     info={'rank': np.int64(3), 'raw_consistent': np.bool_(False)})
+                     info={'rank': np.int64(3), 'raw_consistent': np.bool_(False)},
+                     converged=True, convergence='tolerance')
 
 
 def test_write_results_files_and_content(tmp_path):
@@ -98,3 +100,21 @@ def test_the_controller_parameters_file_maps_estimates_to_controller_names(tmp_p
     # A later fit without a push mapping does not carry a stale file over.
     results.write_results(out, result, urdf=urdf)
     assert sorted(os.listdir(out)) == sorted(results.BASE_FILES)
+
+
+def test_a_result_that_did_not_converge_says_so_in_every_file(tmp_path):
+    result = dataclasses.replace(_result(), converged=False,
+                                 convergence='iteration budget (3) spent')
+    controller = results.controller_parameters_file({'mass': 1.0}, '/ctrl')
+    out = results.write_results(tmp_path / 'out', result, urdf='<?xml version="1.0"?>\n<robot/>',
+                                controller=controller)
+    note = results.unconverged_note(result)
+    assert note.startswith('NOT CONVERGED (iteration budget (3) spent): nea ')
+    urdf = open(os.path.join(out, 'robot_identified.urdf')).read().splitlines()
+    assert urdf[:2] == ['<?xml version="1.0"?>', f'<!-- {note} -->']
+    params = open(os.path.join(out, results.CONTROLLER_FILE)).read()
+    assert params.startswith(f'# {note}\n')
+    assert yaml.safe_load(params) == controller                  # still a parameters file
+    assert results.read_estimate(out)['converged'] is False
+    with np.load(os.path.join(out, 'posterior.npz')) as npz:
+        assert not npz['converged'] and str(npz['convergence']).startswith('iteration budget')
