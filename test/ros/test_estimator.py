@@ -135,12 +135,17 @@ def live(start_node, ros, tmp_path_factory, bad_config_run, typo_run):
                                          got['diagnostics'].append, 10),
             ros.node.create_subscription(DiagnosticArray, '/sim_robot/ground_truth',
                                          got['truth'].append, latched)]
-    active = ros.spin_until(lambda: '[estimator]: active' in est.output()
-                            or not est.running() or not sim.running(), START_TIMEOUT)
-    assert active and est.running() and sim.running(), est.output() + sim.output()
-    running = ros.spin_until(lambda: len(got['estimates']) >= CONVERGED_WINDOWS
-                             or not est.running() or not sim.running(), CONVERGE_TIMEOUT)
-    assert running and est.running(), est.output()
+    try:
+        active = ros.spin_until(lambda: '[estimator]: active' in est.output()
+                                or not est.running() or not sim.running(), START_TIMEOUT)
+        assert active and est.running() and sim.running(), est.output() + sim.output()
+        running = ros.spin_until(lambda: len(got['estimates']) >= CONVERGED_WINDOWS
+                                 or not est.running() or not sim.running(), CONVERGE_TIMEOUT)
+        assert running and est.running(), est.output()
+    except AssertionError:              # not left running beside the module's later nodes
+        est.kill()
+        sim.kill()
+        raise
     yield {'sim': sim, 'est': est, 'client': client, 'controller': controller, 'got': got,
            'save': save}
     for sub in subs:
