@@ -46,8 +46,10 @@ BEST_EFFORT_SIM = ('-p', 'qos_overrides./joint_states.publisher.reliability:=bes
 # [s] until the estimator is active: imports and compilation, 27 s alone, 150-204 s beside the
 # other test worker's compiles on 2 cores (its programs do not depend on the data).
 START_TIMEOUT = 600.0
-# [s] from then on, for CONVERGED_WINDOWS estimates of 1 s windows.
-CONVERGE_TIMEOUT = 120.0
+# [s] from then on, for CONVERGED_WINDOWS estimates of 1 s windows: the first windows still
+# compile (the input checks, the integration step at twice the steps, the Laplace start), and
+# beside the other worker 120 s was once not enough.
+CONVERGE_TIMEOUT = 300.0
 MASS_TOLERANCE = 0.1                            # [kg]
 CONVERGED_WINDOWS = 8                           # windows before the estimate is judged
 PUSHED = 'link2_mass'
@@ -480,7 +482,9 @@ def test_the_model_can_come_from_the_robot_description_topic(ros, start_node, tm
             return [info for info in ros.node.get_subscriptions_info_by_topic('/joint_states')
                     if info.node_name == 'estimator']
 
-        assert ros.spin_until(subscriptions, 10.0)
+        # One: an estimator killed earlier in the module stays in the graph until its DDS
+        # lease ends.
+        assert ros.spin_until(lambda: len(subscriptions()) == 1, 60.0), subscriptions()
         [sub] = subscriptions()
         assert sub.qos_profile.reliability == ReliabilityPolicy.RELIABLE
         assert sub.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
