@@ -199,8 +199,6 @@ def _metrics_line(scores) -> str:
 # ------------------------------------------------------------------------------------------
 
 def _cmd_evaluate(args) -> int:
-    import json
-
     import numpy as np
 
     from sysid_ros.io import html_report, results, units
@@ -214,18 +212,12 @@ def _cmd_evaluate(args) -> int:
     if names != problem.names:
         raise DataError(f'{posterior}: parameters {list(names)} do not match those of '
                         f'the configuration: {list(problem.names)}')
-    from sysid_ros.io import bags
-
-    trajectories = [s.trajectory for s in bags.read_bag(args.bag, problem.joint_names,
-                                                        problem.config.data)]
+    trajectories = _bag_trajectories(problem, args.bag)
     scores, held = _held_out(problem, particles, trajectories, 'evaluation bag')
     scores.update(bag=os.path.abspath(args.bag), posterior=os.path.abspath(args.posterior))
     print(_metrics_line(scores))
     if args.out:
-        tmp = f'{args.out}.tmp{os.getpid()}'
-        with open(tmp, 'w', encoding='utf-8') as f:
-            json.dump(scores, f, indent=2)
-        os.replace(tmp, args.out)
+        _write_json(args.out, scores)
     page = args.report or os.path.join(args.posterior, results.EVALUATION_REPORT)
     html_report.write_report(
         page, estimate, particles, history, covariance, scores,
@@ -233,6 +225,23 @@ def _cmd_evaluate(args) -> int:
                                held), title=f'sysid evaluate on {os.path.basename(args.bag)}')
     print(f'report: {os.path.abspath(page)}')
     return 0
+
+
+def _bag_trajectories(problem, bag: str) -> list:
+    """Every trajectory of a bag (`bags.read_bag`), for `evaluate` and `predict`."""
+    from sysid_ros.io import bags
+
+    return [s.trajectory for s in bags.read_bag(bag, problem.joint_names, problem.config.data)]
+
+
+def _write_json(path: str, content: dict) -> None:
+    """`content` as indented JSON at `path`, written beside it and renamed into place."""
+    import json
+
+    tmp = f'{path}.tmp{os.getpid()}'
+    with open(tmp, 'w', encoding='utf-8') as f:
+        json.dump(content, f, indent=2)
+    os.replace(tmp, path)
 
 
 def _fitted_problem(folder: str, config: str | None):
@@ -253,8 +262,6 @@ def _fitted_problem(folder: str, config: str | None):
 
 
 def _cmd_predict(args) -> int:
-    import json
-
     from sysid_ros.io import pipeline, results, torque_prediction
     from sysid_ros.io.trajectory import DataError
 
@@ -268,10 +275,7 @@ def _cmd_predict(args) -> int:
                         'configuration')
     theta = [float(entries[n]['mean']) for n in problem.names]
     if args.bag:
-        from sysid_ros.io import bags
-
-        trajectories = [s.trajectory for s in bags.read_bag(args.bag, problem.joint_names,
-                                                            problem.config.data)]
+        trajectories = _bag_trajectories(problem, args.bag)
     else:
         trajectories = pipeline.prepare_trajectories(problem, args.data)
     prediction = torque_prediction.predict_torques(problem, theta, trajectories)
@@ -287,10 +291,7 @@ def _cmd_predict(args) -> int:
             s = getattr(prediction, which)
             scores[which] = {'nrmse': s.nrmse, 'per_joint': s.per_joint.tolist(),
                              'pooled': s.pooled}
-        tmp = f'{args.out}.tmp{os.getpid()}'
-        with open(tmp, 'w', encoding='utf-8') as f:
-            json.dump(scores, f, indent=2)
-        os.replace(tmp, args.out)
+        _write_json(args.out, scores)
     return 0
 
 
