@@ -21,6 +21,7 @@ import warnings
 
 import numpy as np
 
+from sysid_ros.io import drivers
 from sysid_ros.io.config_sections import TORQUE_FROM_JOINT_STATES
 from sysid_ros.io.trajectory import continuous_quaternions, DataError, hold_torques, Trajectory
 from sysid_ros.io.window_buffer import interpolate
@@ -391,7 +392,8 @@ class _BagReader:
         grid, out = result
         nv = len(self.joint_names)
         joints = out['joints']
-        tau = joints[:, 2 * nv:] if self.effort else out['torque']
+        tau = drivers.joint_torques(joints[:, 2 * nv:] if self.effort else out['torque'],
+                                    self.data)
         mocap_p = mocap_q = None
         if self.data.mocap_topics:
             poses = np.stack([out[s] for s in self.data.mocap_topics], axis=1)
@@ -411,7 +413,8 @@ def read_bag(path, joint_names: Sequence[str], data) -> list[BagSegment]:
     configured topics are decoded: `data.joint_states_topic` (sensor_msgs/JointState, joints
     matched by name in any order), the torques (`data.torque_source`: the joint states'
     efforts, or a sensor_msgs/JointState or std_msgs/Float64MultiArray topic in model joint
-    order) and `data.mocap_topics` (geometry_msgs/PoseStamped). Messages are keyed by their
+    order), times `data.torque_gains`, and `data.mocap_topics` (geometry_msgs/PoseStamped).
+    Messages are keyed by their
     header stamps (Float64MultiArray: bag time) and resampled onto the grid k / `data.rate`
     by linear interpolation, as the live `WindowBuffer` does. The recording is cut wherever the
     joint states pause longer than `data.gap`, within the `data.segments` time ranges (bag

@@ -17,7 +17,7 @@ from sysid_ros.core.inference import registry
 from sysid_ros.core.likelihoods import equation_error as _equation_error
 from sysid_ros.core.likelihoods import likelihood as _likelihood
 from sysid_ros.core.model import parameters as _parameters
-from sysid_ros.io import model_io
+from sysid_ros.io import drivers, log_layout, model_io
 from sysid_ros.io.config_schema import as_number, error, option, parse_section, ROS_NAME
 
 __all__ = [
@@ -243,8 +243,22 @@ class DataConfig:
 
     Attributes:
       rate: resampling rate [Hz].
-      joint_states_topic: sensor_msgs/JointState topic.
+      driver: the robot driver whose topics are read, one of `io.drivers.DRIVERS`
+        (`generic`, `franka`, `ur`): it sets the default joint-state topic, says what its
+        efforts are (a UR's are motor currents, which need `torque_gains`) and which of its
+        topics are low-rate republishes (refused).
+      joint_states_topic: sensor_msgs/JointState topic; default: the driver's full-rate
+        stream (`generic`: /joint_states, `franka`: /franka/joint_states).
       torque_source: `joint_states.effort` or a topic with the applied torques.
+      torque_gains: joint torque per unit of the torque source's values, per joint (one
+        number: the same for all), e.g. a UR's current-to-torque gains [N m / A]; applied to
+        recordings, live windows and logs read through `data.layout`; empty: the values are
+        joint torques [N m, N].
+      layout: where time, positions, velocities and efforts are in a CSV or NPZ log of the
+        user's own layout, and their units (`io.log_layout`: `time`, `time_unit`,
+        `position`, `velocity`, `effort`, `angle_unit`, `header`, `delimiter`); `sysid fit
+        --data` and `sysid predict --data` then read every file through it; empty: the files
+        are in the trajectory format of `io.trajectory`.
       torque_samples: what a torque sample is: `held` (a command held until the next sample,
         e.g. a controller running at `data.rate`) or `instantaneous` (the value at the stamp
         of a torque that varies between samples, e.g. measured efforts); each period then
@@ -280,8 +294,11 @@ class DataConfig:
     """
 
     rate: float = option(100.0, 'float', unit='Hz', gt=0.0)
+    driver: str = option('generic', 'str', choices=tuple(drivers.DRIVERS))
     joint_states_topic: str = option('/joint_states', 'topic')
     torque_source: str = option(TORQUE_FROM_JOINT_STATES, 'str')
+    torque_gains: tuple[float, ...] = option((), 'float_list', unit='N m / unit', gt=0.0)
+    layout: dict[str, Any] = option({}, 'map')
     torque_samples: str = option('held', 'str', choices=TORQUE_SAMPLES)
     mocap_topics: tuple[str, ...] = option((), 'topic_list')
     mocap_frames: tuple[str, ...] = option((), 'str_list')
@@ -298,6 +315,9 @@ class DataConfig:
     def from_dict(cls, d: Mapping[str, Any], path: str | None = None) -> 'DataConfig':
         """Validate the `data` section."""
         cfg = parse_section(cls, d, path, 'data')
+        cfg = _with_driver(cfg, 'joint_states_topic' in (d or {}), path)
+        if cfg.layout:
+            cfg = dataclasses.replace(cfg, layout=log_layout.parse_layout(cfg.layout, path))
         if not cfg.holdout < 1.0:
             raise error(path, 'data.holdout', f'expected a share in [0, 1), got {cfg.holdout!r}')
         pairs = cfg.segments
@@ -318,6 +338,25 @@ class DataConfig:
                         f'pitch, yaw] per entry of data.mocap_frames ({6 * len(frames)}), got '
                         f'{len(cfg.mocap_offsets)}')
         return cfg
+
+
+def _with_driver(cfg: 'DataConfig', topic_given: bool, path: str | None) -> 'DataConfig':
+    """`cfg` with the driver profile's joint-state topic unless one is given; ConfigError
+    for a republished topic or efforts that are currents without gains."""
+    profile = drivers.DRIVERS[cfg.driver]
+    if not topic_given:
+        cfg = dataclasses.replace(cfg, joint_states_topic=profile.joint_states_topic)
+    if cfg.joint_states_topic in profile.republished_topics:
+        raise error(path, 'data.joint_states_topic', f'{cfg.joint_states_topic} of driver '
+                    f'{cfg.driver} is a low-rate republish stamped on receipt; read '
+                    f'{profile.joint_states_topic} (the default)')
+    if (profile.effort == drivers.CURRENT and cfg.torque_source == TORQUE_FROM_JOINT_STATES
+            and not cfg.torque_gains):
+        raise error(path, 'data.torque_gains', f'driver {cfg.driver} publishes motor currents '
+                    f'[A] as efforts on {cfg.joint_states_topic}: give the current-to-torque '
+                    "gain of each joint [N m / A] (the arm maker's data, or a calibration "
+                    'with a known load)')
+    return cfg
 
 
 @dataclasses.dataclass(frozen=True)

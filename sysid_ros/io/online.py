@@ -89,7 +89,8 @@ import numpy as np
 from sysid_ros.core.inference import intervals, particles, registry
 from sysid_ros.core.inference.base import GaussianPrior
 from sysid_ros.core.likelihoods import likelihood as lik
-from sysid_ros.io import compile_cache, estimator_data, integration_step, posterior_files
+from sysid_ros.io import compile_cache, drivers, estimator_data, integration_step
+from sysid_ros.io import posterior_files
 from sysid_ros.io import sequential_prior, simulation
 from sysid_ros.io.config import config_error
 from sysid_ros.io.problem import prepare_trajectories, Problem
@@ -147,10 +148,12 @@ class WindowResult(NamedTuple):
 
 def window_trajectory(problem: Problem, window: Window, index: int = 0) -> Trajectory:
     """A buffer window (model joint order, `data.rate` grid) as a validated Trajectory, its
-    torques held per period as `data.torque_samples` says, with the window's poses of the
+    torques scaled by `data.torque_gains` and held per period as `data.torque_samples` says,
+    with the window's poses of the
     `data.mocap_topics` bodies (if any)."""
     traj = Trajectory(t=np.asarray(window.t), q=np.asarray(window.q),
-                      qd=np.asarray(window.qd), tau=np.asarray(window.tau),
+                      qd=np.asarray(window.qd),
+                      tau=drivers.joint_torques(window.tau, problem.config.data),
                       joint_names=problem.model.joint_names, source=f'window {index}',
                       mocap_position=window.mocap_position,
                       mocap_orientation=window.mocap_orientation)

@@ -40,6 +40,7 @@ from sysid_ros.core.model.parameters import (ParameterSpec, PAYLOAD, Payload, PA
                                              split_name)
 from sysid_ros.core.model.types import Params, PRISMATIC, RobotModel
 from sysid_ros.io import config as config_io
+from sysid_ros.io import drivers, log_layout
 from sysid_ros.io import model_io
 from sysid_ros.io import trajectory as trajectory_io
 from sysid_ros.io import urdf_export
@@ -247,7 +248,7 @@ def build_problem(config: Config | str) -> Problem | MechanismProblem:
       ConfigError: unknown URDF/builder, joints that the model does not have, parameters of
         unknown links or joints, an integration step that does not divide the sample period,
         a tracked frame (`data.mocap_frames`) that the model does not have or that is listed
-        twice.
+        twice, `data.torque_gains` of another length than 1 or one per joint.
     """
     if not isinstance(config, Config):
         config = config_io.load_yaml(config)
@@ -255,6 +256,7 @@ def build_problem(config: Config | str) -> Problem | MechanismProblem:
         return _build_mechanism_problem(config)
     model, params, locate = _load_model(config)
     spec = config_io.parameter_spec(config, model, _payload(config, locate))
+    drivers.torque_gains(config.data.torque_gains, model.nv, config.source)
     dt = 1.0 / config.data.rate
     substeps = 1
     if config.model.dt is not None:
@@ -269,7 +271,9 @@ def build_problem(config: Config | str) -> Problem | MechanismProblem:
 
 def prepare_trajectories(problem: Problem, trajectories: Sequence[Trajectory | str]
                          ) -> list[Trajectory]:
-    """Load paths, order the columns like the model's joints and resample to `data.rate`.
+    """Load paths (in `data.layout` where one is given, its efforts times
+    `data.torque_gains`), order the columns like the model's joints and resample to
+    `data.rate`.
 
     Raises:
       DataError: unreadable data, a joint of the model missing, a trajectory too short.
@@ -291,6 +295,11 @@ def prepare_trajectories(problem: Problem, trajectories: Sequence[Trajectory | s
                     traj, q=traj.q[:, order], qd=traj.qd[:, order], tau=traj.tau[:, order],
                     qdd=None if traj.qdd is None else traj.qdd[:, order], joint_names=joints)
             traj = trajectory_io.validate_trajectory(traj)
+        elif problem.config.data.layout:
+            revolute = [kind != PRISMATIC for kind in problem.model.joint_types]
+            traj = log_layout.read_log(item, problem.config.data.layout, joints, revolute)
+            traj = dataclasses.replace(
+                traj, tau=drivers.joint_torques(traj.tau, problem.config.data))
         else:
             traj = trajectory_io.load_trajectory(item, joints)
         if traj.nv != len(joints):
