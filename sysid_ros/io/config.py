@@ -54,6 +54,7 @@ __all__ = [
     'nest_flat',
     'deep_merge',
     'load_yaml',
+    'read_tree',
     'to_dict',
     'parameter_spec',
 ]
@@ -224,10 +225,25 @@ def load_yaml(path: str | os.PathLike, node: str | None = None) -> Config:
       ConfigError: unreadable file, invalid YAML or invalid configuration.
     """
     path = os.fspath(path)
+    return from_dict(read_tree(path, node), path)
+
+
+def read_tree(path: str | os.PathLike, node: str | None = None) -> dict[str, Any]:
+    """The configuration map of a YAML file (as `load_yaml` reads it), not yet validated: for
+    callers that complete it first (the estimator node adds the robot's own model).
+
+    Raises:
+      ConfigError: unreadable file, invalid YAML, an empty file, a file that is no map.
+    """
+    path = os.fspath(path)
     d = read_yaml(path, ConfigError)
     if d is None:
         raise ConfigError(f'{path}: empty file')
-    return from_dict(_unwrap_ros(d, path, node), path)
+    tree = _unwrap_ros(d, path, node)
+    if not isinstance(tree, Mapping):
+        raise ConfigError(f'{path}: expected a map of sections (model, parameters, ...), got '
+                          f'{type(tree).__name__}')
+    return dict(tree)
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:

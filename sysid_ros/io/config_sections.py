@@ -63,9 +63,13 @@ class ModelConfig:
 
     Attributes:
       urdf: URDF file (relative paths resolve against the config file's directory; a
-        `.xacro` file is expanded, without arguments, by the `xacro` package), the URDF
-        XML itself, or a reference such as `example-robot-data:panda` that `io.model_io`
-        resolves. Exactly one of `urdf` and `builder` is set.
+        `.xacro` file is expanded by the `xacro` package with `xacro_args`), the URDF XML
+        itself, or a reference such as `example-robot-data:panda` that `io.model_io`
+        resolves. Exactly one of `urdf` and `builder` is set, except where the estimator
+        node takes the model from `robot_description` or its topic (then neither).
+      xacro_args: arguments of a `.xacro` `urdf`, as `xacro FILE name:=value` takes them
+        (FR3: `{arm_id: fr3}`; UR: `{name: ur, ur_type: ur5e}`); the others keep their
+        defaults.
       builder: name of a canonical system in `core.model.builders` (e.g. `double_pendulum`).
       builder_args: keyword arguments of the builder or mechanism (e.g. `{l1: 0.5}`).
       mechanism: name of a planar closed-chain mechanism in
@@ -87,6 +91,7 @@ class ModelConfig:
     """
 
     urdf: str | None = option(None, 'str', optional=True)
+    xacro_args: dict[str, Any] = option({}, 'map')
     builder: str | None = option(None, 'str', optional=True)
     builder_args: dict[str, Any] = option({}, 'map')
     mechanism: str | None = option(None, 'str', optional=True)
@@ -111,8 +116,10 @@ class ModelConfig:
         if (cfg.urdf is None) == (cfg.builder is None):
             raise error(path, 'model', 'expected exactly one of urdf and builder, got '
                         + ('both' if cfg.urdf is not None else 'neither'))
+        if cfg.xacro_args and not (cfg.urdf or '').endswith(model_io.XACRO_SUFFIX):
+            raise error(path, 'model.xacro_args', 'only allowed with a .xacro model.urdf')
         if cfg.urdf is not None:
-            cfg = dataclasses.replace(cfg, urdf=_resolve_urdf(cfg.urdf, path))
+            cfg = dataclasses.replace(cfg, urdf=_resolve_urdf(cfg.urdf, path, cfg.xacro_args))
             if cfg.builder_args:
                 raise error(path, 'model.builder_args', 'only allowed with model.builder')
         else:
@@ -140,12 +147,12 @@ def _payload(d: Mapping[str, Any], path: str | None) -> dict[str, Any]:
     return {'link': link, 'mass': mass, 'com': com}
 
 
-def _resolve_urdf(urdf: str, path: str | None) -> str:
+def _resolve_urdf(urdf: str, path: str | None, xacro_args: Mapping[str, Any]) -> str:
     """`model_io.resolve_urdf` against the folder of the config file `path`; its errors
     name `model.urdf`."""
     folder = None if path is None else os.path.dirname(os.path.abspath(path))
     try:
-        return model_io.resolve_urdf(urdf, folder)
+        return model_io.resolve_urdf(urdf, folder, xacro_args)
     except model_io.ModelError as exc:
         raise error(path, 'model.urdf', str(exc)) from exc
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import sysconfig
+from typing import Any, Mapping
 from xml.parsers.expat import ExpatError
 
 import jax.numpy as jnp
@@ -31,7 +32,7 @@ EXAMPLE_ROBOTS = {
 
 _URI = re.compile(r'^[A-Za-z][A-Za-z0-9+.\-]*:')          # example-robot-data:panda
 _PACKAGE_URI = 'package://'
-_XACRO_SUFFIX = '.xacro'
+XACRO_SUFFIX = '.xacro'
 _AXIS_BY_SUFFIX = {'X': (1.0, 0.0, 0.0), 'Y': (0.0, 1.0, 0.0), 'Z': (0.0, 0.0, 1.0)}
 
 
@@ -52,11 +53,13 @@ def example_robot_urdf(name: str) -> tuple[str, tuple[str, ...]]:
     return path, locked
 
 
-def resolve_urdf(urdf: str, folder: str | None = None) -> str:
+def resolve_urdf(urdf: str, folder: str | None = None,
+                 xacro_args: Mapping[str, Any] | None = None) -> str:
     """What `load_pinocchio` takes for a configured `model.urdf`: a file path resolved
     against `folder` (the config file's; None: the working directory) or, for
-    `package://PKG/FILE`, in PKG's share folder; a `.xacro` file expanded to URDF XML; URDF
-    XML and other `scheme:` references (`example-robot-data:panda`) unchanged.
+    `package://PKG/FILE`, in PKG's share folder; a `.xacro` file expanded to URDF XML with
+    the arguments `xacro_args` (`name: value`, as `xacro FILE name:=value`); URDF XML and
+    other `scheme:` references (`example-robot-data:panda`) unchanged.
 
     Raises:
       ModelError: no such file, an unknown package, or a xacro file that cannot be expanded.
@@ -74,23 +77,31 @@ def resolve_urdf(urdf: str, folder: str | None = None) -> str:
     if not os.path.isfile(resolved):
         raise ModelError(f'expected an existing URDF file, got {urdf!r} (looked for '
                          f'{resolved})')
-    if resolved.endswith(_XACRO_SUFFIX):
-        return _expand_xacro(resolved)
+    if resolved.endswith(XACRO_SUFFIX):
+        return _expand_xacro(resolved, xacro_args or {})
     return resolved
 
 
-def _expand_xacro(file: str) -> str:
-    """The URDF XML that the `xacro` package (what `ros2 run xacro xacro FILE` runs) makes of
-    FILE, with its default arguments."""
+def _expand_xacro(file: str, args: Mapping[str, Any]) -> str:
+    """The URDF XML that the `xacro` package (what `ros2 run xacro xacro FILE name:=value`
+    runs) makes of FILE with the arguments `args` (the others at their defaults)."""
     try:
         import xacro
     except ImportError as exc:
         raise ModelError(f'{file}: a .xacro file needs the xacro package (pip install xacro, '
                          'or a ROS 2 install)') from exc
     try:
-        return xacro.process_file(file).toxml()
-    except (xacro.XacroException, ExpatError) as exc:
-        raise ModelError(f'{file}: xacro: {exc}') from exc
+        return xacro.process_file(file, mappings={str(k): _xacro_value(v)
+                                                  for k, v in args.items()}).toxml()
+    except (xacro.XacroException, ExpatError, RuntimeError) as exc:
+        hint = (' (give it in model.xacro_args)' if 'Undefined substitution argument'
+                in str(exc) else '')
+        raise ModelError(f'{file}: xacro: {exc}{hint}') from exc
+
+
+def _xacro_value(value) -> str:
+    """A xacro argument as the command line writes it (YAML true -> 'true')."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _package_file(uri: str) -> str:

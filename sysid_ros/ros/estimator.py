@@ -33,7 +33,6 @@ configuration or parameter, 3 for a model whose JAX dynamics disagree with Pinoc
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import threading
@@ -76,9 +75,11 @@ PARAMETERS = (
     NodeParameter('config', '', 'problem YAML file; configuration keys given as parameters '
                   'override it'),
     NodeParameter('robot_description', '', 'URDF XML that replaces model.urdf and '
-                  'model.builder'),
+                  'model.builder (the config then needs neither)'),
     NodeParameter('robot_description_topic', '', 'without robot_description: wait at start '
-                  'for the URDF latched on this std_msgs/String topic'),
+                  'for the URDF latched on this std_msgs/String topic (a relative name '
+                  "resolves in the node's namespace: robot_description beside a namespaced "
+                  'robot_state_publisher)'),
     NodeParameter('robot_description_timeout', 30.0, 'longest wait for '
                   'robot_description_topic [s]', 0.0),
     NodeParameter('verify_samples', 8, 'random states of the check against Pinocchio (0: '
@@ -332,19 +333,20 @@ class EstimatorNode(LifecycleNode):
                                         'parameters sections, or -p config:=FILE')
         tree = config_io.nest_flat(flat, path)
         if path is not None:
-            from_file = config_io.to_dict(config_io.load_yaml(path))
+            from_file = config_io.read_tree(path)
             config_io.deep_merge(from_file, tree)
             tree = from_file
-        cfg = config_io.from_dict(tree, path)
         description = self._settings['robot_description']
         topic = self._settings['robot_description_topic']
         if not description and topic:
             description = self._wait_for_description(
                 topic, self._settings['robot_description_timeout'])
-        if description:
-            cfg = dataclasses.replace(cfg, model=dataclasses.replace(
-                cfg.model, urdf=description, builder=None))
-        return cfg
+        if description:                 # the robot's model replaces any in the file
+            model = tree.setdefault('model', {})
+            for key in ('urdf', 'builder', 'builder_args', 'xacro_args'):
+                model.pop(key, None)
+            model['urdf'] = description
+        return config_io.from_dict(tree, path)
 
     def _wait_for_description(self, topic: str, timeout: float) -> str:
         """The first URDF published on `topic` (latched), received by a helper node in this

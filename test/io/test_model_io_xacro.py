@@ -57,3 +57,26 @@ def test_a_broken_xacro_names_the_key(tmp_path):
     with pytest.raises(config_io.ConfigError, match=r'model\.urdf.*broken\.xacro: xacro: .*'
                        'lenght'):
         config_io.from_dict(_config(str(tmp_path / 'broken.xacro')), str(tmp_path / 'p.yaml'))
+
+
+def test_xacro_arguments_come_from_the_config_and_a_missing_one_says_where(tmp_path):
+    # As FR3's and UR's descriptions need arm_id / ur_type: an argument with no value.
+    (tmp_path / 'arm.urdf.xacro').write_text(
+        XACRO.replace('  <xacro:arg name="tip_mass" default="0.7"/>\n', ''))
+    config = _config('arm.urdf.xacro')
+    with pytest.raises(config_io.ConfigError, match=r'model\.urdf: .*tip_mass.*give it in '
+                       r'model\.xacro_args'):
+        config_io.from_dict(config, str(tmp_path / 'p.yaml'))
+    config['model']['xacro_args'] = {'tip_mass': 0.45}
+    problem = pipeline.build_problem(config_io.from_dict(config, str(tmp_path / 'p.yaml')))
+    masses = [float(m) for m in problem.base_params.inertial[:, 0]]
+    assert masses == pytest.approx([1.2, 0.45])
+
+
+@pytest.mark.parametrize('model, key', [
+    ({'builder': 'double_pendulum', 'xacro_args': {'a': 1}}, 'model.xacro_args'),
+    ({'urdf': 'example-robot-data:panda', 'xacro_args': {'a': 1}}, 'model.xacro_args'),
+])
+def test_xacro_arguments_without_a_xacro_file_are_refused(model, key):
+    with pytest.raises(config_io.ConfigError, match=f'{key}: only allowed with a .xacro'):
+        config_io.from_dict({'model': model, 'parameters': {}})

@@ -16,6 +16,7 @@ robot_description topic. The payload pick-up is tracked in the @slow test.
 """
 
 import math
+import pathlib
 import time
 from xml.etree import ElementTree
 
@@ -452,18 +453,25 @@ def test_a_bad_config_stops_the_node_with_one_clear_message(bad_config_run):
 
 
 def test_the_model_can_come_from_the_robot_description_topic(ros, start_node, tmp_path):
-    """A URDF latched on a topic (as robot_state_publisher does) becomes the model, is checked
-    against Pinocchio, and a topic that stays empty stops the node with one message; the
-    joint-state subscription's QoS follows its qos_overrides parameters."""
+    """A URDF latched on a topic (as robot_state_publisher does, here beside a namespaced
+    robot) becomes the model of a config that names none, is checked against Pinocchio, and
+    a topic that stays empty stops the node with one message; the joint-state subscription's
+    QoS follows its qos_overrides parameters."""
     problem = pipeline.build_problem(CONFIG)
     urdf = urdf_export.model_to_urdf(problem.model, problem.base_params)
+    without_model = yaml.safe_load(pathlib.Path(CONFIG).read_text())
+    for key in ('builder', 'builder_args'):
+        del without_model['/**']['ros__parameters']['model'][key]
+    config = tmp_path / 'no_model.yaml'
+    config.write_text(yaml.safe_dump(without_model))
     latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
     publisher = ros.node.create_publisher(String, '/sysid_test/robot_description', latched)
     publisher.publish(String(data=urdf))
     try:
-        est = start_node('sysid_ros.ros.estimator', '-p', f'config:={CONFIG}',
-                         '-p', 'robot_description_topic:=/sysid_test/robot_description',
+        est = start_node('sysid_ros.ros.estimator', '-r', '__ns:=/sysid_test',
+                         '-p', f'config:={config}',
+                         '-p', 'robot_description_topic:=robot_description',
                          '-p', 'verify_samples:=4',
                          '-p', f'online.save_path:={tmp_path / "posterior"}',
                          '-p', 'qos_overrides./joint_states.subscription.reliability:=reliable',
@@ -476,11 +484,11 @@ def test_the_model_can_come_from_the_robot_description_topic(ros, start_node, tm
                                  or not est.running(), 120.0)
         out = est.output()
         assert started and est.running(), out
-        assert f'robot model from /sysid_test/robot_description ({len(urdf)} bytes)' in out
+        assert f'robot model from robot_description ({len(urdf)} bytes)' in out
 
         def subscriptions():
             return [info for info in ros.node.get_subscriptions_info_by_topic('/joint_states')
-                    if info.node_name == 'estimator']
+                    if info.node_name == 'estimator' and info.node_namespace == '/sysid_test']
 
         # One: an estimator killed earlier in the module stays in the graph until its DDS
         # lease ends.
