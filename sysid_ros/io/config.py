@@ -124,6 +124,8 @@ def from_dict(d: Mapping[str, Any], path: str | None = None) -> Config:
                  online=OnlineConfig.from_dict(d.get('online'), path),
                  excitation=ExcitationConfig.from_dict(d.get('excitation'), path),
                  source=None if path is None else str(path))
+    if cfg.model.prefix:
+        cfg = _with_prefix(cfg, cfg.model.prefix)
     mismatch = check_graph_method(cfg.estimator.method, cfg.model.mechanism)
     if mismatch:
         raise error(path, 'estimator.method', mismatch)
@@ -135,6 +137,31 @@ def from_dict(d: Mapping[str, Any], path: str | None = None) -> Config:
                         f'{attribute} is not part of actuator {cfg.model.actuator!r}; '
                         'expected a model.actuator that uses it (e.g. stribeck)')
     return cfg
+
+
+def _with_prefix(cfg: Config, prefix: str) -> Config:
+    """`cfg` with `prefix` prepended to every joint and link name that lacks it (see
+    `ModelConfig.prefix`); the payload's parameters keep their name."""
+    def name(n: str) -> str:
+        return n if n.startswith(prefix) else prefix + n
+
+    def parameter(flat: str) -> str:
+        obj, attribute = _parameters.split_name(flat)
+        return flat if obj == _parameters.PAYLOAD else f'{name(obj)}.{attribute}'
+
+    model = dataclasses.replace(cfg.model, joints=tuple(name(j) for j in cfg.model.joints))
+    if model.payload:
+        model = dataclasses.replace(model, payload={**model.payload,
+                                                    'link': name(model.payload['link'])})
+    parameters = ParametersConfig(
+        bounds={parameter(k): v for k, v in cfg.parameters.bounds.items()},
+        init={parameter(k): v for k, v in cfg.parameters.init.items()})
+    data = dataclasses.replace(cfg.data, mocap_frames=tuple(name(f)
+                                                            for f in cfg.data.mocap_frames))
+    online = dataclasses.replace(cfg.online, push_parameters={
+        parameter(k): v for k, v in cfg.online.push_parameters.items()})
+    return dataclasses.replace(cfg, model=model, parameters=parameters, data=data,
+                               online=online)
 
 
 def check_graph_method(method: str, mechanism: str | None) -> str:

@@ -77,6 +77,11 @@ class ModelConfig:
         `estimator.method: factor_graph`; it replaces urdf and builder, and its joints are its
         angle coordinates (the crank).
       joints: joints that form the state vector, in order; empty: all movable joints.
+      prefix: the robot's joint- and link-name prefix (a UR driver's `tf_prefix`, a
+        namespaced description's `left_`): prepended to every joint and link this
+        configuration names (`joints`, `parameters`, `payload.link`, `data.mocap_frames`,
+        `online.push_parameters`) that does not already start with it, so one configuration
+        serves every prefixed copy of a robot.
       actuator: actuator/friction model, one of ACTUATORS.
       integrator: one of INTEGRATORS (default rk4: semi-implicit Euler at a recording's rate
         biased the held-out fits by 8-13 %, bench/heldout.py).
@@ -96,6 +101,7 @@ class ModelConfig:
     builder_args: dict[str, Any] = option({}, 'map')
     mechanism: str | None = option(None, 'str', optional=True)
     joints: tuple[str, ...] = option((), 'str_list')
+    prefix: str | None = option(None, 'str', optional=True)
     actuator: str = option('viscous', 'str', choices=ACTUATORS)
     integrator: str = option('rk4', 'str', choices=INTEGRATORS)
     dt: float | None = option(None, 'float', unit='s', optional=True, gt=0.0)
