@@ -5,6 +5,9 @@ on `/diagnostics` and in its log in the first seconds):
   * rate: joint states that arrive below `data.rate` (by more than RATE_SHORTFALL) are
     interpolated between, not measured: a franka_bringup `/joint_states` republished by
     `joint_state_publisher` at 30 Hz where the 1 kHz stream is `/franka/joint_states`;
+  * repeats: joint states whose positions repeat the previous message's while the robot
+    moves (more than REPEAT_SHARE of consecutive pairs) come from a republish faster than
+    its source, or from a driver that holds its last reading; the windows then see steps;
   * efforts: per joint, the least-squares scale from the torques the nominal model needs for
     the measured motion (`torque_prediction.predict_torques` at the spec's starting values)
     to the efforts; a median scale over the joints that carry torque beyond EFFORT_SCALE_LIMIT
@@ -20,10 +23,11 @@ from sysid_ros.io.problem import Problem
 from sysid_ros.io.torque_prediction import predict_torques
 from sysid_ros.io.trajectory import Trajectory
 
-__all__ = ['RATE_SHORTFALL', 'EFFORT_SCALE_LIMIT', 'LOADED_SHARE', 'rate_warning',
-           'effort_scales', 'effort_warning']
+__all__ = ['RATE_SHORTFALL', 'REPEAT_SHARE', 'EFFORT_SCALE_LIMIT', 'LOADED_SHARE',
+           'rate_warning', 'repeat_warning', 'effort_scales', 'effort_warning']
 
 RATE_SHORTFALL = 0.1            # [-] input rate more than this share below data.rate
+REPEAT_SHARE = 0.2              # [-] consecutive messages with the same positions
 EFFORT_SCALE_LIMIT = 5.0        # [-] efforts this many times off the model's torques
 # [-] joints whose model torque RMS is below this share of the largest joint's carry too
 # little to judge their scale
@@ -38,6 +42,20 @@ def rate_warning(input_rate: float, rate: float, topic: str) -> str | None:
     return (f'{topic} arrives at {input_rate:.1f} Hz, below data.rate {rate:g} Hz: the '
             "windows interpolate between its messages; read the driver's full-rate topic "
             '(franka_ros2: /franka/joint_states, 1 kHz) or lower data.rate')
+
+
+def repeat_warning(positions: np.ndarray, topic: str) -> str | None:
+    """A warning where more than REPEAT_SHARE of consecutive joint-state messages of
+    `topic` repeat the previous positions (N, nv) exactly while others differ, else None."""
+    positions = np.asarray(positions, dtype=float)
+    if len(positions) < 3:
+        return None
+    same = np.all(np.diff(positions, axis=0) == 0.0, axis=1)
+    if same.all() or not same.mean() > REPEAT_SHARE:     # standing still, or measured
+        return None
+    return (f'{topic}: {100.0 * same.mean():.0f} % of consecutive messages repeat the '
+            'previous positions while the robot moves: a republish faster than its source, '
+            "or a driver holding its last reading; read the driver's measured stream")
 
 
 def effort_scales(problem: Problem, traj: Trajectory) -> np.ndarray:

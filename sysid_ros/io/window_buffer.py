@@ -420,6 +420,13 @@ class WindowBuffer:
             return Window(t=grid, q=q, qd=qd, tau=tau, mocap_position=mocap_p,
                           mocap_orientation=mocap_quat)
 
+    def joint_positions(self) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of the joint-state samples held now, as received: stamps (N,) [s] and
+        positions (N, nv) in model joint order (input checks)."""
+        with self._cond:
+            t, v = self._joints.view()
+            return t.copy(), v[:, :self.nv].copy()
+
     def stats(self) -> BufferStats:
         """A snapshot of the counters for diagnostics."""
         with self._cond:

@@ -482,8 +482,11 @@ class EstimatorNode(LifecycleNode):
         torque_topic = data.torque_source if from_command else data.joint_states_topic
         try:
             traj = online.window_trajectory(self.problem, window)
-            found = {data.joint_states_topic: [input_checks.rate_warning(
-                self.buffer.stats().input_rate, data.rate, data.joint_states_topic)]}
+            found = {data.joint_states_topic: [
+                input_checks.rate_warning(self.buffer.stats().input_rate, data.rate,
+                                          data.joint_states_topic),
+                input_checks.repeat_warning(self.buffer.joint_positions()[1],
+                                            data.joint_states_topic)]}
             found.setdefault(torque_topic, []).append(input_checks.effort_warning(
                 self.problem, traj, torque_topic if from_command else f'{torque_topic} (effort)'))
         except Exception as exc:                 # a check is no reason to stop estimating

@@ -48,3 +48,14 @@ def test_efforts_that_are_not_joint_torques_are_named(recording, factor):
     assert line is not None and 'not joint torques' in line
     median = float(line.split(' are ')[1].split(' times')[0])
     assert median == pytest.approx(factor, rel=0.5)
+
+
+def test_positions_that_repeat_while_the_robot_moves_are_named():
+    t = np.arange(200) / 1000.0
+    measured = np.stack([np.sin(t), np.cos(3 * t)], axis=1)
+    assert input_checks.repeat_warning(measured, '/joint_states') is None
+    assert input_checks.repeat_warning(np.ones((50, 2)), '/joint_states') is None  # standing
+    # A 1 kHz republish of a 250 Hz source: each reading sent four times.
+    held = measured[(np.arange(200) // 4) * 4]
+    line = input_checks.repeat_warning(held, '/joint_states')
+    assert line.startswith('/joint_states: 75 % of consecutive messages repeat'), line

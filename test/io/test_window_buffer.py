@@ -279,3 +279,12 @@ def test_a_producer_thread_and_a_consumer_thread():
     np.testing.assert_allclose(starts, 0.25 * np.arange(len(windows)), atol=1e-9)
     assert len(windows) == 19                       # starts 0 .. 4.5: 4.5 + 0.49 <= 4.998
     assert sum(buf.stats().windows_dropped.values()) == 0
+
+
+def test_the_received_positions_are_kept_as_received_in_model_order():
+    buf = _buffer()
+    stamps = 2.0 + np.arange(40) * 4e-3
+    _feed(buf, stamps, names=('joint2', 'joint1'))
+    t, q = buf.joint_positions()
+    np.testing.assert_array_equal(t, stamps)
+    np.testing.assert_array_equal(q, _signals(stamps)[0])
