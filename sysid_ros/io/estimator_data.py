@@ -80,6 +80,9 @@ __all__ = [
     'NOISE_MISMATCH',
     'residual_noise_at',
     'noise_mismatch',
+    'ACCELERATION_NOISE_SHARE',
+    'acceleration_noise_share',
+    'acceleration_noise_warning',
     'ShootingProblem',
     'MethodData',
     'Residual',
@@ -403,6 +406,9 @@ _fit_noise_std = jax.jit(equation_error.fit_noise_std, static_argnums=(0, 1))
 # A joint's torque residuals at the estimate more than this factor off the noise std the fit
 # assumed make `noise_mismatch` warn.
 NOISE_MISMATCH = 3.0
+# Accelerations whose noise is more than this share of their variance make
+# `acceleration_noise_warning` warn [-].
+ACCELERATION_NOISE_SHARE = 0.02
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
@@ -421,6 +427,47 @@ def residual_noise_at(prepared: MethodData, theta) -> np.ndarray | None:
     target = prepared.target
     return np.asarray(_residual_std_at(target.likelihood, target.spec, target.base_params,
                                        jnp.asarray(theta), prepared.data), dtype=float)
+
+
+def acceleration_noise_share(velocity_noise, dt: float, taps: int, spread) -> np.ndarray:
+    """(nv,) variance of the noise that the filter's slope of `taps` samples at period dt
+    [s] passes from velocities of noise std `velocity_noise` (nv,) into the accelerations,
+    over the filtered accelerations' variance `spread`^2 (nv,) [-]."""
+    slope = np.linalg.norm(equation_error.savitzky_golay_kernels(taps, dt)[1])
+    noise = np.square(slope * np.asarray(velocity_noise, float))
+    return noise / np.maximum(np.square(np.asarray(spread, float)), 1e-300)
+
+
+def acceleration_noise_warning(problem: Problem, info: dict) -> list[str]:
+    """A warning line where the equation error's accelerations carry noise of more than
+    ACCELERATION_NOISE_SHARE of their variance on some joint (`info`'s
+    `acceleration_noise_share`): least squares on noisy regressors shrinks the inertia they
+    multiply by about that share (errors in variables), a payload's mass with it. The line
+    names the shortest `estimator.filter_window` that brings every joint to a tenth of it
+    (the noise through the filter's slope falls with its length^3). Empty otherwise (and
+    for the output error). Measured on `bench/realistic.py`'s recordings (100 Hz, velocity
+    noise 2 mrad/s): shares of 2.4 % and 13 % with payloads 4.7 % and 10.7 % light."""
+    share = np.asarray(info.get('acceleration_noise_share', ()), dtype=float)
+    if not share.size or np.max(share) <= ACCELERATION_NOISE_SHARE:
+        return []
+    cfg = problem.config
+    taps = int(info['filter_taps'])
+
+    def slope_norm(n: int) -> float:
+        return float(np.linalg.norm(equation_error.savitzky_golay_kernels(n, problem.dt)[1]))
+
+    target = 0.1 * ACCELERATION_NOISE_SHARE / np.max(share) * slope_norm(taps) ** 2
+    longer = next((n for n in range(taps + 2, 20 * taps, 2) if slope_norm(n) ** 2 <= target),
+                  None)
+    joints = problem.model.joint_names
+    listed = ', '.join(f'{joints[j]} {100 * v:.1f} %' for j, v in enumerate(share)
+                       if v > ACCELERATION_NOISE_SHARE)
+    advice = (f'set estimator.filter_window: {longer / cfg.data.rate:.3g} (now '
+              f'{taps / cfg.data.rate:.3g} s) or record the joint states faster'
+              if longer else 'record the joint states faster or with less velocity noise')
+    return [f'the accelerations the equation error derives from the velocities carry noise of '
+            f'{listed} of their variance: inertia estimates (a payload mass) come out too small, '
+            f'by roughly that share or more (errors in variables); {advice}']
 
 
 def noise_mismatch(problem: Problem, info: dict) -> list[str]:
@@ -503,7 +550,10 @@ def equation_error_problem(problem: Problem, trajs: Sequence[Trajectory], theta=
         floor = NOISE_FLOOR * jnp.std(data.tau.reshape(-1, nv), axis=0)
         data, source = data._replace(noise_std=jnp.maximum(noise, floor)), 'estimated'
     k, n = data.num_trajectories, data.num_steps
+    share = acceleration_noise_share(noise_std(problem, trajs)[0][nv:], problem.dt, taps,
+                                     np.std(np.asarray(data.qdd).reshape(-1, nv), axis=0))
     info = {'residual': 'equation_error', 'num_pieces': k, 'piece_samples': n,
+            'acceleration_noise_share': share.tolist(),
             'piece_s': n * taps * problem.dt, 'filter_taps': taps,
             'filter_delay_s': (taps - 1) / 2 * problem.dt,
             'noise_std': [float(v) for v in data.noise_std], 'noise_std_source': source,

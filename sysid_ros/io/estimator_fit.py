@@ -161,6 +161,7 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
         if noise is not None:
             info['residual_noise_std'] = noise.tolist()
             mismatch = estimator_data.noise_mismatch(problem, info)
+    biased = estimator_data.acceleration_noise_warning(problem, info)
     consistent = np.asarray(_consistent_fn(problem)(jnp.asarray(result_theta)), dtype=bool)
     return FitResult(method=method, names=spec.names, particles=np.asarray(result_theta),
                      initial=np.asarray(theta_init, dtype=float),
@@ -173,7 +174,8 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
                      covariance_dof=covariance_dof,
                      converged=diagnosis.converged and not mismatch,
                      convergence=diagnosis.reason,
-                     warnings=diagnosis.warnings + tuple(f'{method}: {w}' for w in mismatch))
+                     warnings=diagnosis.warnings + tuple(f'{method}: {w}'
+                                                         for w in mismatch + biased))
 
 
 def _final_step(est, steps: StepsResult, data, prior):

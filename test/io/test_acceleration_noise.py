@@ -1,0 +1,38 @@
+"""The equation error's errors-in-variables check (`estimator_data.acceleration_noise_*`):
+noise the filter passes from velocities into accelerations, against their spread."""
+
+import numpy as np
+
+from sysid_ros.core.likelihoods import equation_error
+from sysid_ros.io import estimator_data, pipeline
+from sysid_ros.io.config import from_dict
+
+CONFIG = {'model': {'builder': 'double_pendulum'},
+          'parameters': {'link2': {'mass': {'min': 0.05, 'max': 2.0}}},
+          'data': {'rate': 100.0}}
+
+
+def test_the_share_is_the_slope_kernels_noise_over_the_spread():
+    slope = equation_error.savitzky_golay_kernels(5, 0.01)[1]
+    share = estimator_data.acceleration_noise_share([2e-3, 1e-3], 0.01, 5, [1.0, 0.5])
+    expected = np.square(np.linalg.norm(slope) * np.array([2e-3, 1e-3])) / [1.0, 0.25]
+    np.testing.assert_allclose(share, expected, rtol=1e-12)
+    # A cubic's slope through 5 samples at 100 Hz: about 95 / s times the velocity noise.
+    assert 90.0 < np.linalg.norm(slope) < 100.0
+
+
+def test_a_large_share_names_the_joint_and_a_longer_filter():
+    problem = pipeline.build_problem(from_dict(CONFIG))
+    quiet = {'acceleration_noise_share': [0.001, 0.019], 'filter_taps': 5}
+    assert estimator_data.acceleration_noise_warning(problem, quiet) == []
+    noisy = {'acceleration_noise_share': [0.001, 0.08], 'filter_taps': 5}
+    (line,) = estimator_data.acceleration_noise_warning(problem, noisy)
+    assert 'joint2 8.0 % of their variance' in line and 'joint1' not in line
+    window = float(line.split('estimator.filter_window: ')[1].split()[0])
+    taps = int(round(window * 100.0))
+    norms = [np.linalg.norm(equation_error.savitzky_golay_kernels(n, 0.01)[1])
+             for n in (5, taps, taps - 2)]
+    # The named filter brings the share to a tenth of the threshold; a shorter one does not.
+    assert 0.08 * (norms[1] / norms[0]) ** 2 <= 0.1 * estimator_data.ACCELERATION_NOISE_SHARE
+    assert 0.08 * (norms[2] / norms[0]) ** 2 > 0.1 * estimator_data.ACCELERATION_NOISE_SHARE
+    assert estimator_data.acceleration_noise_warning(problem, {}) == []
