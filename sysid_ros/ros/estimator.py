@@ -291,9 +291,12 @@ class EstimatorNode(LifecycleNode):
             self._own(self.destroy_client, self._push.client)
 
         start = time.perf_counter()
-        # Exactly one window: the prediction then reuses the rollout that simulated it.
-        self.session.warm_up(pipeline.simulate(
-            problem, duration=(self.session.window_samples - 1) * problem.dt))
+        # Exactly one window: the prediction then reuses the rollout that simulated it, and
+        # the input checks' inverse dynamics compile for the first window's shape.
+        window = pipeline.simulate(problem,
+                                   duration=(self.session.window_samples - 1) * problem.dt)
+        self.session.warm_up(window)
+        input_checks.effort_scales(problem, pipeline.prepare_trajectories(problem, [window])[0])
         self.get_logger().info(f'estimator compiled in {time.perf_counter() - start:.1f} s')
         if self.session.integration is not None:
             self.get_logger().info(self.session.integration.describe(self.session.problem))
