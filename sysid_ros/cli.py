@@ -67,7 +67,7 @@ def _estimate_table(result) -> str:
 
 def _cmd_fit(args) -> int:
     from sysid_ros.io import config as config_io
-    from sysid_ros.io import html_report, pipeline, progress, results, units
+    from sysid_ros.io import description_files, html_report, pipeline, progress, results, units
 
     cfg = config_io.load_yaml(args.config)
     if args.particles:
@@ -108,9 +108,11 @@ def _cmd_fit(args) -> int:
             cfg.online.push_node)
     report_data = html_report.ReportData(units.parameter_units(problem),
                                          units.state_labels(problem), held)
+    descriptions = (description_files.description_files(problem, result.estimate)
+                    if isinstance(problem, pipeline.Problem) else None)
     out = results.write_results(args.out, result, extra=extra, urdf=urdf,
                                 metrics=scores, figures=figures, controller=controller,
-                                report=report_data)
+                                report=report_data, descriptions=descriptions)
     print(_estimate_table(result))
     if scores is not None:
         print(_metrics_line(scores))

@@ -17,7 +17,8 @@ Profiles (the facts are the drivers' own documentation and launch files):
     measured joint torque tau_J [N m]; franka_bringup's `/joint_states` is
     `joint_state_publisher` republishing at 30 Hz stamped on receipt. Payload: the
     flange frame, `franka_msgs/srv/SetLoad` on `/service_server/set_load` (mass [kg],
-    centre of mass [m], inertia [kg m^2], column-major).
+    centre of mass [m], inertia [kg m^2], column-major). `sysid fit` also writes
+    franka_description's `inertials.yaml` (`description_files`).
   * `ur` (Universal_Robots_ROS2_Driver): `/joint_states` from the joint_state_broadcaster at
     the controller rate (500 Hz on e-series), effort = motor current [A]. The current to
     torque gain (torque constant x gear ratio) is not published by the driver: take it from
@@ -55,6 +56,8 @@ class DriverProfile:
       payload_frame: the frame a payload's centre of mass and inertia are given in.
       payload_service: the service that hands a payload to the robot ('' : none).
       payload_service_type: its type, `package/srv/Name` ('' : none).
+      description_file: the description package's file that `sysid fit` writes the
+        identified values into, a key of `description_files.WRITERS` ('': none).
     """
 
     name: str
@@ -64,6 +67,7 @@ class DriverProfile:
     payload_frame: str = ''
     payload_service: str = ''
     payload_service_type: str = ''
+    description_file: str = ''
 
 
 DRIVERS: Mapping[str, DriverProfile] = {
@@ -71,7 +75,7 @@ DRIVERS: Mapping[str, DriverProfile] = {
     'franka': DriverProfile(
         'franka', '/franka/joint_states', TORQUE, republished_topics=('/joint_states',),
         payload_frame='flange', payload_service='/service_server/set_load',
-        payload_service_type='franka_msgs/srv/SetLoad'),
+        payload_service_type='franka_msgs/srv/SetLoad', description_file='franka_inertials'),
     'ur': DriverProfile(
         'ur', '/joint_states', CURRENT, payload_frame='tool0',
         payload_service='/io_and_status_controller/set_payload',

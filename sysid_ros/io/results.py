@@ -24,12 +24,15 @@
   * with `controller`: `controller_parameters.yaml`, the estimates under the parameter names
     of `online.push_parameters` as a ROS 2 parameters file (`controller_parameters_file`),
     which the controller `online.push_node` loads with `--ros-args --params-file`: the same
-    mapping the live estimator pushes (`pushed_values`).
+    mapping the live estimator pushes (`pushed_values`);
+  * with `descriptions`: each description-package file it names (franka_description's
+    `inertials.yaml` for `data.driver: franka`, `io.description_files`).
 
 A result that did not converge (interrupted, or with warnings) says so in every file it
 writes: `converged: false` and the warnings in `estimate.yaml` and `report.html`, `converged`
-in `posterior.npz`, and a first comment line in `robot_identified.urdf` and
-`controller_parameters.yaml` (`unconverged_note`), where a file copied on would lose the rest.
+in `posterior.npz`, and a first comment line in `robot_identified.urdf`,
+`controller_parameters.yaml` and the description files (`unconverged_note`), where a file
+copied on would lose the rest.
 
 Atomicity: everything is first written into a fresh temporary folder beside `out_dir` (in its
 parent, so on the same file system), then that folder replaces `out_dir` by renames. A run that
@@ -200,7 +203,8 @@ def plot_marginals(path: str, t: np.ndarray, mean: np.ndarray, std: np.ndarray,
 def _write_all(folder: str, result, extra: Mapping[str, Any] | None,
                urdf: str | None, metrics: Mapping[str, Any] | None = None,
                figures: Callable[[str], None] | None = None,
-               controller: Mapping[str, Any] | None = None, report=None) -> None:
+               controller: Mapping[str, Any] | None = None, report=None,
+               descriptions: Mapping[str, Any] | None = None) -> None:
     content = estimate_dict(result)
     if extra:
         content.update(_plain(dict(extra)))
@@ -240,12 +244,14 @@ def _write_all(folder: str, result, extra: Mapping[str, Any] | None,
     html_report.write_report(os.path.join(folder, html_report.REPORT_FILE), content,
                              result.particles, result.loss_history, result.covariance,
                              metrics, report)
+    files = dict(descriptions or {})
     if controller is not None:
-        with open(os.path.join(folder, CONTROLLER_FILE), 'w', encoding='utf-8') as f:
+        files[CONTROLLER_FILE] = controller
+    for name, tree in files.items():
+        with open(os.path.join(folder, name), 'w', encoding='utf-8') as f:
             if note is not None:
                 f.write(f'# {note}\n')
-            yaml.safe_dump(_plain(dict(controller)), f, sort_keys=False,
-                           default_flow_style=False)
+            yaml.safe_dump(_plain(dict(tree)), f, sort_keys=False, default_flow_style=False)
 
 
 def unconverged_note(result) -> str | None:
@@ -271,7 +277,8 @@ def _urdf_with_comment(urdf: str, note: str) -> str:
 def write_results(out_dir: str | os.PathLike, result, extra: Mapping[str, Any] | None = None,
                   urdf: str | None = None, metrics: Mapping[str, Any] | None = None,
                   figures: Callable[[str], None] | None = None,
-                  controller: Mapping[str, Any] | None = None, report=None) -> str:
+                  controller: Mapping[str, Any] | None = None, report=None,
+                  descriptions: Mapping[str, Any] | None = None) -> str:
     """Write all result files of `result` (a `pipeline.FitResult`) into `out_dir`, atomically.
 
     Files already in `out_dir` that this function does not write are carried over into the
@@ -288,6 +295,9 @@ def write_results(out_dir: str | os.PathLike, result, extra: Mapping[str, Any] |
       controller: content of `controller_parameters.yaml` (`controller_parameters_file`).
       report: units and held-out segments for `report.html` (`html_report.ReportData`);
         None: a page without units or predictions.
+      descriptions: {file name: content} of description-package files written as YAML
+        (`description_files.description_files`), marked like `controller_parameters.yaml`
+        when the result did not converge.
 
     Returns:
       The absolute path of `out_dir`.
@@ -307,7 +317,8 @@ def write_results(out_dir: str | os.PathLike, result, extra: Mapping[str, Any] |
         raise ResultsError(f'{out_dir}: --out: cannot write here: {exc.strerror}') from exc
     old = None
     try:
-        _write_all(tmp, result, extra, urdf, metrics, figures, controller, report)
+        _write_all(tmp, result, extra, urdf, metrics, figures, controller, report,
+                   descriptions)
         if os.path.isdir(out_dir):
             for name in os.listdir(out_dir):
                 if name not in FILES:
