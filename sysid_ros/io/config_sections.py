@@ -418,7 +418,9 @@ class EstimatorConfig:
         `equation_error` (torque residuals through inverse dynamics with accelerations from
         a causal filter, `core.likelihoods.equation_error`; additive actuator models only).
       filter_window: length of the equation error's causal Savitzky-Golay filter [s]
-        (rounded to an odd number of at least 5 samples; its delay is half of it).
+        (rounded to an odd number of at least 5 samples; its delay is half of it); empty:
+        0.05 s, which an offline fit lengthens where more than 2 % of the accelerations'
+        variance is velocity noise (`io.estimator_data.longer_filter_window`).
     """
 
     method: str = option('lm', 'str', choices=METHODS)
@@ -436,7 +438,7 @@ class EstimatorConfig:
     likelihood: str = option('product', 'str', choices=LIKELIHOODS)
     lag: int = option(10, 'int', unit='steps', ge=2)
     residual: str = option('output_error', 'str', choices=RESIDUALS)
-    filter_window: float = option(0.05, 'float', unit='s', gt=0.0)
+    filter_window: float | None = option(None, 'float', unit='s', optional=True, gt=0.0)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], path: str | None = None) -> 'EstimatorConfig':

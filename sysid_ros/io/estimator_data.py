@@ -81,7 +81,9 @@ __all__ = [
     'residual_noise_at',
     'noise_mismatch',
     'ACCELERATION_NOISE_SHARE',
+    'DEFAULT_FILTER_WINDOW_S',
     'acceleration_noise_share',
+    'longer_filter_window',
     'acceleration_noise_warning',
     'ShootingProblem',
     'MethodData',
@@ -395,10 +397,11 @@ class ShootingProblem(NamedTuple):
 
 
 def filter_taps(problem: Problem) -> int:
-    """L: `estimator.filter_window` in samples of `data.rate`, rounded to an odd number of
-    at least `equation_error.MIN_TAPS`."""
+    """L: `estimator.filter_window` (empty: DEFAULT_FILTER_WINDOW_S) in samples of
+    `data.rate`, rounded to an odd number of at least `equation_error.MIN_TAPS`."""
     cfg = problem.config
-    taps = int(round(cfg.estimator.filter_window * cfg.data.rate))
+    seconds = cfg.estimator.filter_window or DEFAULT_FILTER_WINDOW_S
+    taps = int(round(seconds * cfg.data.rate))
     return max(equation_error.MIN_TAPS, taps + 1 - taps % 2)
 
 
@@ -409,6 +412,8 @@ NOISE_MISMATCH = 3.0
 # Accelerations whose noise is more than this share of their variance make
 # `acceleration_noise_warning` warn [-].
 ACCELERATION_NOISE_SHARE = 0.02
+# [s] the equation error's filter where `estimator.filter_window` is empty.
+DEFAULT_FILTER_WINDOW_S = 0.05
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
@@ -438,19 +443,15 @@ def acceleration_noise_share(velocity_noise, dt: float, taps: int, spread) -> np
     return noise / np.maximum(np.square(np.asarray(spread, float)), 1e-300)
 
 
-def acceleration_noise_warning(problem: Problem, info: dict) -> list[str]:
-    """A warning line where the equation error's accelerations carry noise of more than
-    ACCELERATION_NOISE_SHARE of their variance on some joint (`info`'s
-    `acceleration_noise_share`): least squares on noisy regressors shrinks the inertia they
-    multiply by about that share (errors in variables), a payload's mass with it. The line
-    names the shortest `estimator.filter_window` that brings every joint to a tenth of it
-    (the noise through the filter's slope falls with its length^3). Empty otherwise (and
-    for the output error). Measured on `bench/realistic.py`'s recordings (100 Hz, velocity
-    noise 2 mrad/s): shares of 2.4 % and 13 % with payloads 4.7 % and 10.7 % light."""
+def longer_filter_window(problem: Problem, info: dict) -> float | None:
+    """The shortest `estimator.filter_window` [s] that brings every joint's acceleration
+    noise share (`info`'s `acceleration_noise_share`, at `info`'s `filter_taps`) to a tenth
+    of ACCELERATION_NOISE_SHARE (the noise through the filter's slope falls with its
+    length^3), where some joint's share is above it; None otherwise, for the output error,
+    or where no filter up to 20 times longer does."""
     share = np.asarray(info.get('acceleration_noise_share', ()), dtype=float)
     if not share.size or np.max(share) <= ACCELERATION_NOISE_SHARE:
-        return []
-    cfg = problem.config
+        return None
     taps = int(info['filter_taps'])
 
     def slope_norm(n: int) -> float:
@@ -459,11 +460,28 @@ def acceleration_noise_warning(problem: Problem, info: dict) -> list[str]:
     target = 0.1 * ACCELERATION_NOISE_SHARE / np.max(share) * slope_norm(taps) ** 2
     longer = next((n for n in range(taps + 2, 20 * taps, 2) if slope_norm(n) ** 2 <= target),
                   None)
+    return None if longer is None else longer / problem.config.data.rate
+
+
+def acceleration_noise_warning(problem: Problem, info: dict) -> list[str]:
+    """A warning line where the equation error's accelerations carry noise of more than
+    ACCELERATION_NOISE_SHARE of their variance on some joint (`info`'s
+    `acceleration_noise_share`): least squares on noisy regressors shrinks the inertia they
+    multiply by about that share (errors in variables), a payload's mass with it. The line
+    names `longer_filter_window`. Empty otherwise (and for the output error). Measured on
+    `bench/realistic.py`'s recordings (100 Hz, velocity noise 2 mrad/s): shares of 2.4 % and
+    13 % with payloads 4.7 % and 10.7 % light."""
+    share = np.asarray(info.get('acceleration_noise_share', ()), dtype=float)
+    if not share.size or np.max(share) <= ACCELERATION_NOISE_SHARE:
+        return []
+    cfg = problem.config
+    taps = int(info['filter_taps'])
+    longer = longer_filter_window(problem, info)
     joints = problem.model.joint_names
     listed = ', '.join(f'{joints[j]} {100 * v:.1f} %' for j, v in enumerate(share)
                        if v > ACCELERATION_NOISE_SHARE)
-    advice = (f'set estimator.filter_window: {longer / cfg.data.rate:.3g} (now '
-              f'{taps / cfg.data.rate:.3g} s) or record the joint states faster'
+    advice = (f'set estimator.filter_window: {longer:.3g} (now {taps / cfg.data.rate:.3g} s) '
+              'or record the joint states faster'
               if longer else 'record the joint states faster or with less velocity noise')
     return [f'the accelerations the equation error derives from the velocities carry noise of '
             f'{listed} of their variance: inertia estimates (a payload mass) come out too small, '

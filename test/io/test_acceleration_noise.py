@@ -1,6 +1,8 @@
 """The equation error's errors-in-variables check (`estimator_data.acceleration_noise_*`):
 noise the filter passes from velocities into accelerations, against their spread."""
 
+import dataclasses
+
 import numpy as np
 
 from sysid_ros.core.likelihoods import equation_error
@@ -36,3 +38,35 @@ def test_a_large_share_names_the_joint_and_a_longer_filter():
     assert 0.08 * (norms[1] / norms[0]) ** 2 <= 0.1 * estimator_data.ACCELERATION_NOISE_SHARE
     assert 0.08 * (norms[2] / norms[0]) ** 2 > 0.1 * estimator_data.ACCELERATION_NOISE_SHARE
     assert estimator_data.acceleration_noise_warning(problem, {}) == []
+
+
+def _payload_problem(**estimator):
+    return pipeline.build_problem(from_dict({
+        'model': {'builder': 'double_pendulum', 'integrator': 'rk4',
+                  'payload': {'link': 'link2', 'mass': 0.5}},
+        'parameters': {'payload': {'mass': {'min': 0.0, 'max': 3.0},
+                                   'com': {'z': {'min': -0.3, 'max': 0.1}}},
+                       'joint1': {'damping': {'min': 0.0, 'max': 0.5}},
+                       'joint2': {'damping': {'min': 0.0, 'max': 0.5}}},
+        'data': {'rate': 100.0},
+        'estimator': {'residual': 'equation_error', **estimator}}))
+
+
+def test_noisy_velocities_get_a_longer_filter_and_the_payload_back():
+    truth = np.array([1.2, -0.15, 0.1, 0.05])
+    fine = _payload_problem()
+    fine = pipeline.build_problem(dataclasses.replace(fine.config, model=dataclasses.replace(
+        fine.config.model, dt=1e-3)))
+    traj = pipeline.simulate(fine, fine.spec.to_params(truth, fine.base_params), duration=10.0,
+                             noise=1e-4, seed=2, torque_scale=2.0)
+    rng = np.random.default_rng(2)
+    traj = dataclasses.replace(traj, qd=traj.qd + rng.normal(0.0, 0.03, traj.qd.shape))
+    lines = []
+    auto = pipeline.fit(_payload_problem(), [traj], log=lines.append)
+    fixed = pipeline.fit(_payload_problem(filter_window=0.05), [traj])
+    errors = [abs(r.estimate[0] - truth[0]) / truth[0] for r in (auto, fixed)]
+    print(f'payload mass errors: longer filter {errors[0]:.3%}, 0.05 s {errors[1]:.3%}')
+    assert any('fitting again with estimator.filter_window' in line for line in lines), lines
+    assert not any('errors in variables' in w for w in auto.warnings), auto.warnings
+    assert any('errors in variables' in w for w in fixed.warnings), fixed.warnings
+    assert errors[0] < 0.5 * errors[1]
