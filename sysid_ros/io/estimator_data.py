@@ -78,7 +78,9 @@ __all__ = [
     'NEA_EDGE_SAMPLES',
     'EQUATION_PIECE_S',
     'NOISE_MISMATCH',
-    'residual_noise_at',
+    'residual_stats_at',
+    'RESIDUAL_CORRELATION',
+    'correlated_residuals_warning',
     'noise_mismatch',
     'ACCELERATION_NOISE_SHARE',
     'DEFAULT_FILTER_WINDOW_S',
@@ -414,24 +416,53 @@ NOISE_MISMATCH = 3.0
 ACCELERATION_NOISE_SHARE = 0.02
 # [s] the equation error's filter where `estimator.filter_window` is empty.
 DEFAULT_FILTER_WINDOW_S = 0.05
+# Torque residuals correlated beyond this from one kept sample to the next make
+# `correlated_residuals_warning` warn [-].
+RESIDUAL_CORRELATION = 0.5
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _residual_std_at(setting, spec, base_params, theta, data) -> jax.Array:
-    """(nv,) per-joint std of the equation error's torque residuals at theta (M,)."""
+def _residual_stats_at(setting, spec, base_params, theta, data) -> tuple[jax.Array, jax.Array]:
+    """(nv,) per-joint std and lag-one correlation (within pieces) of the equation error's
+    torque residuals at theta (M,)."""
     residuals = equation_error.torque_residuals(setting, spec.to_params(theta, base_params),
                                                 data)
-    return equation_error.residual_noise_std(residuals, spec.num_params)
+    lagged = jnp.sum(residuals[:, 1:] * residuals[:, :-1], axis=(0, 1))
+    power = jnp.sum(jnp.square(residuals), axis=(0, 1))
+    return (equation_error.residual_noise_std(residuals, spec.num_params),
+            lagged / jnp.where(power > 0.0, power, 1.0))
 
 
-def residual_noise_at(prepared: MethodData, theta) -> np.ndarray | None:
-    """(nv,) per-joint std of the equation error's torque residuals at theta (M,) [N m or
-    N], or None for the output error (whose check is the loss, `diagnosis.diagnose`)."""
+def residual_stats_at(prepared: MethodData, theta) -> tuple[np.ndarray, np.ndarray] | None:
+    """((nv,) per-joint std [N m or N], (nv,) lag-one correlation [-]) of the equation
+    error's torque residuals at theta (M,), consecutive kept samples within each piece;
+    None for the output error (whose check is the loss, `diagnosis.diagnose`)."""
     if prepared.info.get('residual') != 'equation_error':
         return None
     target = prepared.target
-    return np.asarray(_residual_std_at(target.likelihood, target.spec, target.base_params,
-                                       jnp.asarray(theta), prepared.data), dtype=float)
+    std, correlation = _residual_stats_at(target.likelihood, target.spec, target.base_params,
+                                          jnp.asarray(theta), prepared.data)
+    return np.asarray(std, dtype=float), np.asarray(correlation, dtype=float)
+
+
+def correlated_residuals_warning(problem: Problem, info: dict) -> list[str]:
+    """A warning line where the equation error's torque residuals at the estimate
+    (`info['residual_correlation']`, `residual_stats_at`) are correlated from one kept
+    sample to the next beyond RESIDUAL_CORRELATION on some joint: the kept samples' noise is
+    independent (`equation_error`: Independence), so the residuals hold dynamics the model
+    lacks (rotor inertia, elastic joints, friction that grows with the load, gains) or
+    coloured noise, and the intervals assume neither. Empty otherwise."""
+    correlation = np.asarray(info.get('residual_correlation', ()), dtype=float)
+    if not correlation.size or np.max(correlation) <= RESIDUAL_CORRELATION:
+        return []
+    joints = problem.model.joint_names
+    listed = ', '.join(f'{joints[j]} {v:.2f}' for j, v in enumerate(correlation)
+                       if v > RESIDUAL_CORRELATION)
+    return [f'the torque residuals at the estimate are correlated from sample to sample '
+            f'({listed}; independent noise gives about 0): the model misses dynamics in the '
+            'data (reflected rotor inertia: identify parameters.<joint>.armature; elastic '
+            'joints; friction or gains that change with the load) or the noise is coloured; '
+            'the estimate may be biased and its intervals too narrow']
 
 
 def acceleration_noise_share(velocity_noise, dt: float, taps: int, spread) -> np.ndarray:
@@ -490,7 +521,7 @@ def acceleration_noise_warning(problem: Problem, info: dict) -> list[str]:
 
 def noise_mismatch(problem: Problem, info: dict) -> list[str]:
     """Warning lines where the torque residuals at the estimate
-    (`info['residual_noise_std']`, `residual_noise_at`) are more than NOISE_MISMATCH times
+    (`info['residual_noise_std']`, `residual_stats_at`) are more than NOISE_MISMATCH times
     smaller or larger than the noise std the equation-error fit weighed them with
     (`info['noise_std']`, configured or estimated at the start, where a poor start leaves
     residuals of tens of N m); the line names the value to configure. Empty without

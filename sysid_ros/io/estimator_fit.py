@@ -155,13 +155,15 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
                          mode=joint_fit, misfit=misfit)
     mismatch = []
     if not steps.interrupted:
-        noise = estimator_data.residual_noise_at(
+        stats = estimator_data.residual_stats_at(
             prepared, np.mean(result_theta, axis=0) if point_estimate is None
             else point_estimate)
-        if noise is not None:
-            info['residual_noise_std'] = noise.tolist()
+        if stats is not None:
+            info['residual_noise_std'], info['residual_correlation'] = (
+                s.tolist() for s in stats)
             mismatch = estimator_data.noise_mismatch(problem, info)
-    biased = estimator_data.acceleration_noise_warning(problem, info)
+    biased = (estimator_data.acceleration_noise_warning(problem, info)
+              + estimator_data.correlated_residuals_warning(problem, info))
     consistent = np.asarray(_consistent_fn(problem)(jnp.asarray(result_theta)), dtype=bool)
     return FitResult(method=method, names=spec.names, particles=np.asarray(result_theta),
                      initial=np.asarray(theta_init, dtype=float),

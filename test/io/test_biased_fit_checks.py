@@ -1,5 +1,7 @@
-"""The equation error's errors-in-variables check (`estimator_data.acceleration_noise_*`):
-noise the filter passes from velocities into accelerations, against their spread."""
+"""The equation error's checks for a biased fit: noise the filter passes from velocities into
+accelerations (errors in variables, `estimator_data.acceleration_noise_*`, and the longer
+filter an offline fit then takes), and torque residuals correlated in time (dynamics the model
+lacks)."""
 
 import dataclasses
 
@@ -70,3 +72,13 @@ def test_noisy_velocities_get_a_longer_filter_and_the_payload_back():
     assert not any('errors in variables' in w for w in auto.warnings), auto.warnings
     assert any('errors in variables' in w for w in fixed.warnings), fixed.warnings
     assert errors[0] < 0.5 * errors[1]
+
+
+def test_residuals_correlated_in_time_name_the_joint_and_the_likely_causes():
+    problem = pipeline.build_problem(from_dict(CONFIG))
+    assert estimator_data.correlated_residuals_warning(
+        problem, {'residual_correlation': [0.1, 0.45]}) == []
+    (line,) = estimator_data.correlated_residuals_warning(
+        problem, {'residual_correlation': [0.1, 0.7]})
+    assert '(joint2 0.70;' in line and 'armature' in line and 'joint1' not in line
+    assert estimator_data.correlated_residuals_warning(problem, {}) == []
