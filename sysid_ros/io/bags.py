@@ -414,12 +414,11 @@ def read_bag(path, joint_names: Sequence[str], data) -> list[BagSegment]:
     matched by name in any order), the torques (`data.torque_source`: the joint states'
     efforts, or a sensor_msgs/JointState or std_msgs/Float64MultiArray topic in model joint
     order), times `data.torque_gains`, and `data.mocap_topics` (geometry_msgs/PoseStamped).
-    Messages are keyed by their
-    header stamps (Float64MultiArray: bag time) and resampled onto the grid k / `data.rate`
-    by linear interpolation, as the live `WindowBuffer` does. The recording is cut wherever the
-    joint states pause longer than `data.gap`, within the `data.segments` time ranges (bag
-    time after the bag's start) if given. Samples with repeated or decreasing stamps are
-    dropped with a warning.
+    Messages are keyed by their header stamps (Float64MultiArray: bag time) and resampled
+    onto the grid k / `data.rate` by linear interpolation, as the live `WindowBuffer` does.
+    The recording is cut wherever the joint states pause longer than `data.gap`, within the
+    `data.segments` time ranges (bag time after the bag's start) if given. Samples with
+    repeated or decreasing stamps are dropped with a warning.
 
     Args:
       path: the bag (a rosbag2 folder or a ROS 1 `.bag` file).

@@ -10,11 +10,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from sysid_ros.io.errors import InputError, located
 
-__all__ = ['ConfigError', 'ROS_NAME', 'error', 'option', 'as_number', 'parse_section']
+__all__ = ['ConfigError', 'ROS_NAME', 'error', 'option', 'as_number', 'one_or_each',
+           'parse_section']
 
 ROS_NAME = re.compile(r'^(~/?|/)?[A-Za-z_][A-Za-z0-9_]*(/[A-Za-z_][A-Za-z0-9_]*)*$')
 _SCIENTIFIC = re.compile(r'^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$')  # '1e-3': a str in YAML 1.1
@@ -35,6 +38,18 @@ def option(default: Any, kind: str, unit: str = '', doc: str = '', **checks):
     if isinstance(default, dict):
         return dataclasses.field(default_factory=lambda: dict(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def one_or_each(given: Sequence[float], count: int, path: str | None, key: str,
+                each: str) -> np.ndarray | None:
+    """A configured list as (count,) values, one value standing for all; None where it is
+    empty. ConfigError naming the file `path`, the dotted `key` and `each` (what the count
+    values are, e.g. 'one per joint') for another length."""
+    if not given:
+        return None
+    if len(given) not in (1, count):
+        raise error(path, key, f'expected 1 value or {count} ({each}), got {len(given)}')
+    return np.broadcast_to(np.asarray(given, dtype=float), (count,)).copy()
 
 
 # ------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from typing import Mapping
 
 import numpy as np
 
-from sysid_ros.io.config_schema import error
+from sysid_ros.io.config_schema import one_or_each
 
 __all__ = ['TORQUE', 'CURRENT', 'DriverProfile', 'DRIVERS', 'torque_gains', 'joint_torques']
 
@@ -90,13 +90,8 @@ def torque_gains(gains, count: int, path: str | None = None) -> np.ndarray:
     Raises:
       ConfigError: a list that has neither 1 nor `count` values (naming the file `path`).
     """
-    gains = tuple(gains)
-    if not gains:
-        return np.ones(count)
-    if len(gains) not in (1, count):
-        raise error(path, 'data.torque_gains', f'expected 1 value or {count} (one per '
-                    f'joint), got {len(gains)}')
-    return np.broadcast_to(np.asarray(gains, dtype=float), (count,)).copy()
+    given = one_or_each(tuple(gains), count, path, 'data.torque_gains', 'one per joint')
+    return np.ones(count) if given is None else given
 
 
 def joint_torques(efforts: np.ndarray, data) -> np.ndarray:

@@ -63,6 +63,7 @@ from sysid_ros.core.likelihoods import likelihood as lik
 from sysid_ros.core.likelihoods import losses
 from sysid_ros.io import trajectory as trajectory_io
 from sysid_ros.io.config import config_error, ConfigError
+from sysid_ros.io.config_schema import one_or_each
 from sysid_ros.io.problem import Problem
 from sysid_ros.io.trajectory import DataError, Trajectory
 
@@ -314,12 +315,8 @@ def _one_or_each(problem: Problem, key: str, count: int, each: str) -> np.ndarra
     where it is empty; ConfigError naming `each` (what the count values are) for another
     length."""
     section, name = key.split('.')
-    given = getattr(getattr(problem.config, section), name)
-    if not given:
-        return None
-    if len(given) not in (1, count):
-        raise _error(problem, key, f'expected 1 value or {count} ({each}), got {len(given)}')
-    return np.broadcast_to(np.asarray(given, dtype=float), (count,)).copy()
+    return one_or_each(getattr(getattr(problem.config, section), name), count,
+                       problem.config.source, key, each)
 
 
 def noise_std(problem: Problem, trajs: Sequence[Trajectory]) -> tuple[np.ndarray, str]:

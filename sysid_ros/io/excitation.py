@@ -49,6 +49,7 @@ from sysid_ros.core.excitation import limits as limits_lib
 from sysid_ros.core.likelihoods import equation_error
 from sysid_ros.io import earlier_estimate, estimator_data
 from sysid_ros.io.config import config_error
+from sysid_ros.io.config_schema import one_or_each
 from sysid_ros.io.errors import InputError, located, read_yaml
 from sysid_ros.io.problem import Problem
 from sysid_ros.io.trajectory import save_trajectory, Trajectory
@@ -136,13 +137,11 @@ def _per_joint(problem: Problem, key: str, given: Sequence[float], fallback) -> 
     """(nv,) values of `excitation.<key>`: one number for all joints or one per joint; the
     fallback (nv,) where none is given."""
     nv = problem.model.nv
-    if not given:
+    values = one_or_each(given, nv, problem.config.source, f'excitation.{key}',
+                         f'one per joint: {", ".join(problem.joint_names)}')
+    if values is None:
         return np.asarray(fallback if len(fallback) else [math.inf] * nv, dtype=float)
-    if len(given) not in (1, nv):
-        raise config_error(problem.config, f'excitation.{key}', f'expected 1 value or {nv} '
-                           f'(one per joint: {", ".join(problem.joint_names)}), got '
-                           f'{len(given)}')
-    return np.broadcast_to(np.asarray(given, dtype=float), (nv,)).copy()
+    return values
 
 
 def _require_finite(problem: Problem, key: str, values: np.ndarray, source: str) -> None:

@@ -149,8 +149,7 @@ class WindowResult(NamedTuple):
 def window_trajectory(problem: Problem, window: Window, index: int = 0) -> Trajectory:
     """A buffer window (model joint order, `data.rate` grid) as a validated Trajectory, its
     torques scaled by `data.torque_gains` and held per period as `data.torque_samples` says,
-    with the window's poses of the
-    `data.mocap_topics` bodies (if any)."""
+    with the window's poses of the `data.mocap_topics` bodies (if any)."""
     traj = Trajectory(t=np.asarray(window.t), q=np.asarray(window.q),
                       qd=np.asarray(window.qd),
                       tau=drivers.joint_torques(window.tau, problem.config.data),

@@ -130,7 +130,7 @@ def _fit_with_noise(problem: Problem, method: str, fit_once: Callable, theta0,
     (`estimator_data.noise_mismatch`): from nominal values far off, as a payload of 0.01 kg
     for one of a few kg, the start's residuals are tens of N m where the estimate's are
     tenths, and the joints would stay weighed by the start's. (A Bayesian method's data are
-    prepared at its point start fit's estimate already.)"""
+    prepared at its point start fit's estimate already.) Then `_fit_with_filter`."""
     result = fit_once(problem, theta0)
     if (not result.interrupted and not registry.lookup(method).bayesian
             and result.info.get('noise_std_source') == 'estimated'
