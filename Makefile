@@ -51,7 +51,10 @@ export FASTDDS_DEFAULT_PROFILES_FILE := $(CURDIR)/config/fastdds_localhost.xml
 # `setup.py develop/install`, i.e. by colcon (which puts it in lib/sysid_ros for `ros2 run`).
 # The last check guards that split. A .venv on another Python (an older checkout made it on 3.11)
 # is made anew.
-$(STAMP): requirements.txt setup.py setup.cfg
+# The interface packages (interfaces/) are built with cmake into .venv after the wheels.
+INTERFACE_SOURCES := $(shell find interfaces -type f)
+
+$(STAMP): requirements.txt setup.py setup.cfg $(INTERFACE_SOURCES)
 	@if [ -e $(VENV) ] && ! $(PY) $(IS_PYTHON) 2>/dev/null; then \
 	    echo "$(VENV) does not run Python $(PYTHON): making it anew"; rm -rf $(VENV); fi
 	@test -x $(PY) || "$(BOOTSTRAP_PYTHON)" $(IS_PYTHON) 2>/dev/null || { \
@@ -63,6 +66,7 @@ $(STAMP): requirements.txt setup.py setup.cfg
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install -r requirements.txt
 	$(PY) -m pip install -e . --no-deps
+	interfaces/build.sh $(VENV)
 	@test -x $(VENV)/bin/sysid || { echo "error: pip did not install $(VENV)/bin/sysid" >&2; exit 1; }
 	touch $@
 
@@ -85,12 +89,17 @@ bench: .venv
 	    echo "== $$script"; $(PY) -m bench.$$(basename $$script .py) $(BENCH_ARGS); \
 	done
 
-# Builds as a ROS 2 workspace would (colcon-ros finds package.xml: ament_python), outside the
-# source tree so that no build/ install/ log/ folders land in the repository.
+# Builds as a ROS 2 workspace would (colcon-ros finds package.xml: ament_python, and the
+# ament_cmake interface package, which colcon does not look for inside another package), outside
+# the source tree so that no build/ install/ log/ folders land in the repository. The cmake
+# argument stands in for rosidl_core_generators, which PyPI's wheels lack (interfaces/cmake/).
 colcon: .venv
 	rm -rf $(COLCON_DIR)
-	$(VENV)/bin/colcon --log-base $(COLCON_DIR)/log build --base-paths . \
-	    --build-base $(COLCON_DIR)/build --install-base $(COLCON_DIR)/install
+	CMAKE_PREFIX_PATH=$(CURDIR)/$(VENV) AMENT_PREFIX_PATH=$(CURDIR)/$(VENV) \
+	$(VENV)/bin/colcon --log-base $(COLCON_DIR)/log build \
+	    --base-paths . interfaces/sysid_ros_interfaces \
+	    --build-base $(COLCON_DIR)/build --install-base $(COLCON_DIR)/install \
+	    --cmake-args -Drosidl_core_generators_DIR=$(CURDIR)/interfaces/cmake -DBUILD_TESTING=OFF
 	@echo "installed into $(COLCON_DIR)/install (source $(COLCON_DIR)/install/setup.bash)"
 
 # Warnings fail the build (mkdocs.yml: strict), as in test/test_docs.py; the references are

@@ -15,6 +15,7 @@ import pytest
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = 'sysid_ros'
+INTERFACES = 'sysid_ros_interfaces'
 
 REQUIRED_EXEC_DEPENDS = {
     'rclpy', 'sensor_msgs', 'geometry_msgs', 'std_msgs', 'std_srvs', 'diagnostic_msgs',
@@ -152,15 +153,23 @@ def _colcon():
 
 @pytest.mark.skipif(_colcon() is None, reason='colcon is not installed')
 def test_colcon_build_installs_package(tmp_path):
-    env = dict(os.environ, COLCON_HOME=str(tmp_path / 'colcon_home'))  # ignore user defaults
+    # As `make colcon`: the package and its interfaces, against the prefix of this interpreter.
+    prefix_of_python = str(pathlib.Path(sys.executable).parent.parent)
+    env = dict(os.environ, COLCON_HOME=str(tmp_path / 'colcon_home'),  # ignore user defaults
+               CMAKE_PREFIX_PATH=prefix_of_python, AMENT_PREFIX_PATH=prefix_of_python)
     result = subprocess.run(
         [_colcon(), '--log-base', str(tmp_path / 'log'), 'build',
-         '--base-paths', str(REPO_ROOT),
+         '--base-paths', str(REPO_ROOT), str(REPO_ROOT / 'interfaces' / INTERFACES),
          '--build-base', str(tmp_path / 'build'),
-         '--install-base', str(tmp_path / 'install')],
+         '--install-base', str(tmp_path / 'install'),
+         '--cmake-args', f'-Drosidl_core_generators_DIR={REPO_ROOT / "interfaces" / "cmake"}',
+         '-DBUILD_TESTING=OFF'],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert 'Summary: 1 package finished' in result.stdout, result.stdout
+    assert 'Summary: 2 packages finished' in result.stdout, result.stdout
+    interfaces = tmp_path / 'install' / INTERFACES
+    for module in ('msg/_parameter_estimate.py', 'action/_identify_payload.py'):
+        assert list(interfaces.glob(f'lib/python3*/site-packages/{INTERFACES}/{module}')), module
 
     prefix = tmp_path / 'install' / PACKAGE
     share = prefix / 'share' / PACKAGE
