@@ -8,23 +8,29 @@ become joint torques; no node branches on the driver's name. It says
   * what that stream's effort is: joint torque [N m], or motor current [A], which needs
     per-joint gains [N m / A] (`data.torque_gains`) before it is a joint torque;
   * where a payload goes: the frame the robot expects its centre of mass in, and the
-    service that sets it.
+    service that sets it;
+  * which joint_trajectory_controller runs the arm (`ros.trajectory_publisher` prefers it
+    where several FollowJointTrajectory actions are offered).
 
 Profiles (the facts are the drivers' own documentation and launch files):
 
-  * `generic`: `/joint_states`, efforts are joint torques.
+  * `generic`: `/joint_states`, efforts are joint torques; `joint_trajectory_controller`.
   * `franka` (franka_ros2): `/franka/joint_states` from the robot's 1 kHz state, effort =
     measured joint torque tau_J [N m]; franka_bringup's `/joint_states` is
     `joint_state_publisher` republishing at 30 Hz stamped on receipt. Payload: the
-    flange frame, `franka_msgs/srv/SetLoad` on `/service_server/set_load` (mass [kg],
+    flange frame (`<arm_id>_link8`), `franka_msgs/srv/SetLoad` on `/service_server/set_load` (mass [kg],
     centre of mass [m], inertia [kg m^2], column-major). `sysid fit` also writes
-    franka_description's `inertials.yaml` (`description_files`).
+    franka_description's `inertials.yaml` (`description_files`). Trajectories:
+    `panda_arm_controller`, the joint_trajectory_controller that franka_moveit_config's
+    `moveit.launch.py` spawns.
   * `ur` (Universal_Robots_ROS2_Driver): `/joint_states` from the joint_state_broadcaster at
     the controller rate (500 Hz on e-series), effort = motor current [A]. The current to
     torque gain (torque constant x gear ratio) is not published by the driver: take it from
     Universal Robots' data for the arm, or calibrate it with a known load, and set
     `data.torque_gains`. Payload: the tool flange frame `tool0`, `ur_msgs/srv/SetPayload` on
     `/io_and_status_controller/set_payload` (mass [kg], centre of gravity [m]).
+    Trajectories: `scaled_joint_trajectory_controller`, the one the driver's launch
+    activates (a plain joint_trajectory_controller is loaded inactive beside it).
 """
 
 from __future__ import annotations
@@ -53,11 +59,14 @@ class DriverProfile:
       effort: TORQUE or CURRENT: what that stream's effort field holds.
       republished_topics: topics that carry the same joints at a lower rate, restamped;
         reading them interpolates between samples that were never measured.
-      payload_frame: the frame a payload's centre of mass and inertia are given in.
+      payload_frame: the frame a payload's centre of mass and inertia are given in, after
+        `model.prefix`; a shell pattern matches the one frame of the model it fits.
       payload_service: the service that hands a payload to the robot ('' : none).
       payload_service_type: its type, `package/srv/Name` ('' : none).
       description_file: the description package's file that `sysid fit` writes the
         identified values into, a key of `description_files.WRITERS` ('': none).
+      trajectory_controller: the controller whose `follow_joint_trajectory` action moves
+        the arm.
     """
 
     name: str
@@ -68,18 +77,21 @@ class DriverProfile:
     payload_service: str = ''
     payload_service_type: str = ''
     description_file: str = ''
+    trajectory_controller: str = 'joint_trajectory_controller'
 
 
 DRIVERS: Mapping[str, DriverProfile] = {
     'generic': DriverProfile('generic', '/joint_states', TORQUE),
     'franka': DriverProfile(
         'franka', '/franka/joint_states', TORQUE, republished_topics=('/joint_states',),
-        payload_frame='flange', payload_service='/service_server/set_load',
-        payload_service_type='franka_msgs/srv/SetLoad', description_file='franka_inertials'),
+        payload_frame='*_link8', payload_service='/service_server/set_load',
+        payload_service_type='franka_msgs/srv/SetLoad', description_file='franka_inertials',
+        trajectory_controller='panda_arm_controller'),
     'ur': DriverProfile(
         'ur', '/joint_states', CURRENT, payload_frame='tool0',
         payload_service='/io_and_status_controller/set_payload',
-        payload_service_type='ur_msgs/srv/SetPayload'),
+        payload_service_type='ur_msgs/srv/SetPayload',
+        trajectory_controller='scaled_joint_trajectory_controller'),
 }
 
 

@@ -1,4 +1,5 @@
-"""Descriptions of a node's topics, services and parameters, which the node creates them from.
+"""Descriptions of a node's topics, services, actions and parameters, which the node creates
+them from.
 
 A node module lists what it offers as module-level data: `NODE_NAME`, `ENDPOINTS` (a tuple of
 `Endpoint`) and `PARAMETERS` (a tuple of `NodeParameter`), and creates each entity through
@@ -10,31 +11,33 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
+from rclpy.action import ActionClient
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from rclpy.qos_overriding_options import QoSOverridingOptions
 
-__all__ = ['PUBLISHER', 'SUBSCRIPTION', 'SERVICE', 'CLIENT', 'KINDS', 'Endpoint',
-           'NodeParameter', 'type_name', 'create']
+__all__ = ['PUBLISHER', 'SUBSCRIPTION', 'SERVICE', 'CLIENT', 'ACTION_CLIENT', 'KINDS',
+           'Endpoint', 'NodeParameter', 'type_name', 'create']
 
 PUBLISHER = 'publisher'
 SUBSCRIPTION = 'subscription'
 SERVICE = 'service'
 CLIENT = 'client'
-KINDS = (PUBLISHER, SUBSCRIPTION, SERVICE, CLIENT)
+ACTION_CLIENT = 'action client'
+KINDS = (PUBLISHER, SUBSCRIPTION, SERVICE, CLIENT, ACTION_CLIENT)
 
 
 class Endpoint(NamedTuple):
-    """One topic or service of a node.
+    """One topic, service or action of a node.
 
     Attributes:
       name: as passed to rclpy, relative to the node's namespace (`~/` is the node's own);
         a `{placeholder}` is filled by the node from the parameter that `doc` names.
-      msg_type: the message or service class; None where a recording sets it.
+      msg_type: the message, service or action class; None where a recording sets it.
       kind: one of `KINDS`.
       doc: what it carries (units, frames) and when the node has it.
-      qos: the profile of a topic (or a history depth); None for a service or client, or
-        where a recording sets it.
+      qos: the profile of a topic (or a history depth); None for a service, a client or an
+        action client, or where a recording sets it.
       overrides: the QoS policies of a topic that parameters may override
         (`qos_overrides.<topic>.<publisher|subscription>.<policy>`), or None.
     """
@@ -65,7 +68,7 @@ class NodeParameter(NamedTuple):
 
 
 def type_name(msg_type: type) -> str:
-    """`package/msg/Name` (or `srv`) of a message or service class."""
+    """`package/msg/Name` (or `srv`, `action`) of a message, service or action class."""
     package, kind = msg_type.__module__.split('.')[:2]
     return f'{package}/{kind}/{msg_type.__name__}'
 
@@ -86,7 +89,7 @@ def create(node: Node, endpoint: Endpoint, callback: Callable | None = None,
       **names: the values of the placeholders in `endpoint.name`.
 
     Returns:
-      The publisher, subscription, service or client.
+      The publisher, subscription, service, client or action client.
     """
     name = endpoint.name.format(**names)
     msg_type = msg_type or endpoint.msg_type
@@ -100,4 +103,6 @@ def create(node: Node, endpoint: Endpoint, callback: Callable | None = None,
         return node.create_subscription(msg_type, name, callback, qos, raw=raw, **options)
     if endpoint.kind == SERVICE:
         return node.create_service(msg_type, name, callback)
+    if endpoint.kind == ACTION_CLIENT:
+        return ActionClient(node, msg_type, name)
     return node.create_client(msg_type, name)

@@ -3,8 +3,10 @@ ROS type names, and `create` makes what an `Endpoint` describes, placeholders fi
 
 import importlib
 
+from control_msgs.action import FollowJointTrajectory
 from geometry_msgs.msg import PoseStamped
 import pytest
+from rclpy.action.graph import get_action_client_names_and_types_by_node
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
@@ -20,7 +22,7 @@ def test_every_node_module_describes_its_endpoints_and_parameters(module):
     assert node.NODE_NAME.endswith(module)
     for endpoint in node.ENDPOINTS:
         assert endpoint.kind in interfaces.KINDS and endpoint.name and endpoint.doc
-        if endpoint.kind in (interfaces.SERVICE, interfaces.CLIENT):
+        if endpoint.kind in (interfaces.SERVICE, interfaces.CLIENT, interfaces.ACTION_CLIENT):
             assert endpoint.qos is None and endpoint.overrides is None
         if endpoint.msg_type is not None:
             assert interfaces.type_name(endpoint.msg_type).count('/') == 2
@@ -32,6 +34,8 @@ def test_every_node_module_describes_its_endpoints_and_parameters(module):
 def test_type_name():
     assert interfaces.type_name(JointState) == 'sensor_msgs/msg/JointState'
     assert interfaces.type_name(Trigger) == 'std_srvs/srv/Trigger'
+    assert (interfaces.type_name(FollowJointTrajectory)
+            == 'control_msgs/action/FollowJointTrajectory')
 
 
 def test_create_fills_placeholders_and_makes_each_kind(ros):
@@ -45,12 +49,19 @@ def test_create_fills_placeholders_and_makes_each_kind(ros):
         lambda request, response: response, what='reset')
     client = interfaces.create(node, Endpoint('{target}/reset', Trigger, interfaces.CLIENT,
                                               'a client'), target='/other')
+    action = interfaces.create(node, Endpoint(
+        '/{controller}/follow_joint_trajectory', FollowJointTrajectory,
+        interfaces.ACTION_CLIENT, 'an action client'), controller='arm')
     try:
         assert publisher.topic_name == '/mocap/link2/pose'
         assert subscription.topic_name == '/mocap/link3/pose'
         assert service.srv_name == '~/reset'
         assert client.srv_name == '/other/reset'
+        assert ('/arm/follow_joint_trajectory', ['control_msgs/action/FollowJointTrajectory']) \
+            in get_action_client_names_and_types_by_node(node, node.get_name(),
+                                                         node.get_namespace())
     finally:
+        action.destroy()
         node.destroy_publisher(publisher)
         node.destroy_subscription(subscription)
         node.destroy_service(service)
