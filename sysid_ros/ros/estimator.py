@@ -33,6 +33,7 @@ configuration or parameter, 3 for a model whose JAX dynamics disagree with Pinoc
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -41,6 +42,7 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import InertiaStamped, PoseStamped
 import jax
+import numpy as np
 import rclpy
 from rclpy.clock import Clock, ClockType
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
@@ -49,15 +51,17 @@ from rclpy.task import Future
 from sensor_msgs.msg import JointState, PointCloud2
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool, Trigger
+from sysid_ros_interfaces.msg import ParameterEstimate
 from trajectory_msgs.msg import JointTrajectory
 
 from sysid_ros.io import config as config_io
 from sysid_ros.io import config_sections
-from sysid_ros.io import input_checks, model_io, online, pipeline, verify
+from sysid_ros.io import drivers, input_checks, model_io, online, payload_handoff, pipeline
 from sysid_ros.io import problem as problem_io
+from sysid_ros.io import verify
 from sysid_ros.io.errors import InputError
 from sysid_ros.io.window_buffer import WindowBuffer
-from sysid_ros.ros import messages, parameter_push, params, qos
+from sysid_ros.ros import messages, parameter_push, params, payload_action, qos
 from sysid_ros.ros.estimator_diagnostics import EstimatorDiagnostics
 from sysid_ros.ros.interfaces import (create, Endpoint, NodeParameter, PUBLISHER, SERVICE,
                                       SUBSCRIPTION)
@@ -86,6 +90,11 @@ PARAMETERS = (
                   'skip it)', 0),
     NodeParameter('autostart', True, 'configure and activate at start (false: wait in '
                   'unconfigured for a lifecycle manager)'),
+    NodeParameter('steady_windows', 3, 'windows whose posterior means all lie within one std '
+                  "of the latest: estimate_covariance's converged, the identify_payload gate", 1),
+    NodeParameter('payload_frame', '', 'the frame the robot takes a payload in (empty: the '
+                  "driver profile's, data.driver)"),
+    *payload_action.PARAMETERS,
 )
 
 _INPUT = ('; best effort (receives sensor-data and reliable publishers), volatile, depth '
@@ -122,6 +131,11 @@ INERTIA = Endpoint(
     'its mass, centre of mass and inertia about the centre of mass at the posterior means, '
     "as franka_msgs' SetLoad and the UR driver's payload interface take them" + _LATCHED,
     qos.LATCHED)
+ESTIMATE_COVARIANCE = Endpoint(
+    '~/estimate_covariance', ParameterEstimate, PUBLISHER,
+    'sysid_ros_interfaces/msg/ParameterEstimate: the parameter names, posterior means and '
+    "covariance (the window's Laplace fit, else the particles'), converged once the means "
+    'stayed within one std over steady_windows windows' + _LATCHED, qos.LATCHED)
 PARTICLES = Endpoint(
     '~/particles', PointCloud2, PUBLISHER,
     'one point per particle, one FLOAT64 field per parameter name' + _LATCHED, qos.LATCHED)
@@ -154,8 +168,9 @@ SAVE = Endpoint('~/save', Trigger, SERVICE,
 PAUSE_PUSH = Endpoint('~/pause_push', SetBool, SERVICE,
                       'true: pause the push, false: resume it')
 ENDPOINTS = (JOINT_STATES, TORQUE_COMMANDS, MOCAP_POSES, ROBOT_DESCRIPTION_IN, ESTIMATE,
-             INERTIA, PARTICLES, MEASURED, PREDICTED, ROBOT_DESCRIPTION, DIAGNOSTICS, RESET,
-             SAVE, PAUSE_PUSH, parameter_push.SET_PARAMETERS)
+             ESTIMATE_COVARIANCE, INERTIA, PARTICLES, MEASURED, PREDICTED, ROBOT_DESCRIPTION,
+             DIAGNOSTICS, RESET, SAVE, PAUSE_PUSH, payload_action.RESTORE,
+             parameter_push.SET_PARAMETERS, payload_action.SET_PAYLOAD)
 
 
 class ModelMismatch(Exception):
@@ -272,6 +287,8 @@ class EstimatorNode(LifecycleNode):
                              create(self, endpoint, lifecycle=True, **names))
 
         self._estimate_pub = publisher(ESTIMATE)
+        self._covariance_pub = publisher(ESTIMATE_COVARIANCE)
+        self._steady = payload_handoff.SteadyMean(self._settings['steady_windows'])
         self._inertia_pubs = {
             body.name: publisher(INERTIA, link=body.name)
             for body in problem_io.identified_inertias(problem, self.session.estimate()[0])}
@@ -289,6 +306,9 @@ class EstimatorNode(LifecycleNode):
                 self, cfg.online.push_node, cfg.online.push_parameters, problem.names,
                 cfg.parameters.bounds, cfg.online.push_max_std, cfg.online.push_rate)
             self._own(self.destroy_client, self._push.client)
+        self._payload = self._payload_action()
+        if self._payload is not None:
+            self._own(lambda action: action.destroy(), self._payload)
 
         start = time.perf_counter()
         # Exactly one window: the prediction then reuses the rollout that simulated it, and
@@ -321,6 +341,27 @@ class EstimatorNode(LifecycleNode):
     # ------------------------------------------------------------------------------------------
     # Start-up
     # ------------------------------------------------------------------------------------------
+
+    def _payload_action(self) -> payload_action.PayloadAction | None:
+        """identify_payload and restore_payload, where the driver profile has a payload
+        service and `payload.*` parameters are identified on a URDF model."""
+        problem, cfg = self.problem, self.problem.config
+        profile = drivers.DRIVERS[cfg.data.driver]
+        identified = payload_handoff.payload_bounds(problem.names, cfg.parameters.bounds)
+        if not profile.payload_service or not identified:
+            return None
+        if cfg.model.urdf is None:
+            self.get_logger().warning('no identify_payload: the payload frame needs a URDF '
+                                      'model')
+            return None
+        pmodel = model_io.load_pinocchio(cfg.model.urdf)
+        frame = payload_handoff.robot_frame(pmodel, self._settings['payload_frame'] or (
+            (cfg.model.prefix or '') + profile.payload_frame))
+        link = cfg.model.payload['link']
+        return payload_action.PayloadAction(
+            self, dataclasses.replace(profile, payload_frame=frame), problem.names, identified,
+            link, [cfg.model.payload['mass'], *cfg.model.payload['com']],
+            payload_handoff.frame_offset(pmodel, link, frame), self._settings)
 
     def _subscribe(self, endpoint: Endpoint, callback, **names) -> None:
         """A measurement subscription, destroyed on cleanup."""
@@ -421,6 +462,7 @@ class EstimatorNode(LifecycleNode):
     def _on_reset(self, request, response):
         self.session.reset()
         self.buffer.clear()
+        self._steady.reset()
         response.success, response.message = True, 'posterior reset'
         return response
 
@@ -505,6 +547,12 @@ class EstimatorNode(LifecycleNode):
         problem, t = self.problem, result.t_end
         self._estimate_pub.publish(messages.arrays_to_joint_state(
             t, problem.names, position=result.mean, velocity=result.std))
+        steady = not result.diverged and self._steady.update(result.mean, result.std)
+        summary = self.session.summary
+        covariance = (summary[1] if summary is not None
+                      else np.cov(self.session.particles, rowvar=False, ddof=0))
+        self._covariance_pub.publish(messages.arrays_to_estimate(
+            t, problem.names, result.mean, covariance, steady))
         for body in problem_io.identified_inertias(problem, result.mean):
             self._inertia_pubs[body.name].publish(messages.arrays_to_inertia(
                 t, body.frame, body.mass, body.com, body.inertia))
@@ -520,6 +568,8 @@ class EstimatorNode(LifecycleNode):
         self._diagnostics.published(result, now - result.t_end)
         if self._push is not None:
             self._push.offer(result.mean, result.std, result.diverged)
+        if self._payload is not None and not result.diverged:
+            self._payload.offer(result.index, result.mean, result.std, steady)
 
     def _publish_diagnostics(self) -> None:
         self._diag_pub.publish(self._diagnostics.array(

@@ -27,6 +27,7 @@ from geometry_msgs.msg import InertiaStamped, PoseStamped
 import numpy as np
 from sensor_msgs.msg import JointState, PointCloud2, PointField
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+from sysid_ros_interfaces.msg import ParameterEstimate
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     'pose_to_arrays',
     'arrays_to_pose',
     'arrays_to_inertia',
+    'arrays_to_estimate',
     'particles_to_cloud',
     'cloud_to_particles',
     'TrajectoryArrays',
@@ -211,6 +213,19 @@ def arrays_to_inertia(t: float, frame_id: str, mass: float, com, inertia) -> Ine
     (msg.inertia.ixx, msg.inertia.ixy, msg.inertia.ixz, msg.inertia.iyy, msg.inertia.iyz,
      msg.inertia.izz) = (float(i[0, 0]), float(i[0, 1]), float(i[0, 2]), float(i[1, 1]),
                          float(i[1, 2]), float(i[2, 2]))
+    return msg
+
+
+def arrays_to_estimate(t: float, names: Sequence[str], mean, covariance,
+                       converged: bool) -> ParameterEstimate:
+    """(t, (M,) names, (M,) means, (M, M) covariance [physical units]) -> ParameterEstimate
+    (covariance row-major)."""
+    msg = ParameterEstimate(names=list(names),
+                            mean=np.asarray(mean, dtype=float).ravel().tolist(),
+                            covariance=np.asarray(covariance, dtype=float).reshape(
+                                len(names) ** 2).tolist(),
+                            converged=bool(converged))
+    msg.header.stamp = seconds_to_stamp(t)
     return msg
 
 

@@ -1,0 +1,282 @@
+"""The estimator's payload hand-off: `~/identify_payload` (an action) and `~/restore_payload`.
+
+The action follows the live posterior's `payload.*` parameters window by window (feedback: the
+mean and std in the robot's payload frame), waits until the estimate passes the gate
+(`payload_handoff.refusals`: steady over the estimator's `steady_windows` windows, stds below
+`payload_max_mass_std` / `payload_max_com_std`, inside its bounds) or the goal's timeout
+passes, and with `apply` hands it to the robot through the driver profile's service:
+franka_msgs/srv/SetLoad (mass, centre of mass, inertia column-major, in the flange frame) or
+ur_msgs/srv/SetPayload in either of its layouts (mass and centre of gravity; or a
+geometry_msgs/Inertia and a transition time), in `tool0`. The action fails, and nothing is
+applied, when the estimate does not pass the gate in time, the service is missing, or the robot
+refuses it; the result says why.
+
+The load before the first hand-off (`payload_before`: mass and centre of mass in the payload
+frame; the robot's configured load) is kept, and `~/restore_payload` (std_srvs/Trigger) hands
+it back to the robot.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import time
+
+from geometry_msgs.msg import Inertia, Vector3
+import numpy as np
+from rclpy.action import ActionServer, GoalResponse
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.clock import Clock, ClockType
+from rclpy.node import Node
+from rclpy.task import Future
+from std_srvs.srv import Trigger
+
+from sysid_ros_interfaces.action import IdentifyPayload
+
+from sysid_ros.io.drivers import DriverProfile
+from sysid_ros.io.payload_handoff import (expressed_in, GateLimits, held_payload, HeldPayload,
+                                          refusals)
+from sysid_ros.ros.interfaces import CLIENT, Endpoint, NodeParameter, SERVICE
+
+__all__ = ['PARAMETERS', 'RESTORE', 'SET_PAYLOAD', 'ACTION_NAME', 'service_type',
+           'payload_request', 'PayloadAction']
+
+ACTION_NAME = '~/identify_payload'
+PARAMETERS = (
+    NodeParameter('payload_max_mass_std', 0.05, 'the identify_payload gate: largest mass '
+                  'standard deviation handed to the robot [kg]', 0.0),
+    NodeParameter('payload_max_com_std', 0.01, 'the identify_payload gate: largest standard '
+                  'deviation of a centre-of-mass coordinate [m]', 0.0),
+    NodeParameter('payload_timeout', 60.0, 'longest wait of identify_payload for an estimate '
+                  'that passes the gate, where the goal gives none [s]', 0.0),
+    NodeParameter('payload_service_timeout', 5.0, "longest wait for the robot's payload "
+                  'service and its response [s]', 0.0),
+    NodeParameter('payload_before', [0.0, 0.0, 0.0, 0.0], "the robot's load before the first "
+                  'hand-off, which restore_payload hands back: mass [kg] and centre of mass '
+                  "(3) [m] in the driver profile's payload frame"),
+)
+RESTORE = Endpoint('~/restore_payload', Trigger, SERVICE,
+                   "with a driver profile's payload service: hand the load before the first "
+                   'hand-off (payload_before) back to the robot')
+SET_PAYLOAD = Endpoint(
+    '{payload_service}', None, CLIENT,
+    "the driver profile's payload service (data.driver: franka_msgs/srv/SetLoad on "
+    '/service_server/set_load, ur_msgs/srv/SetPayload on /io_and_status_controller/'
+    'set_payload), called by identify_payload and restore_payload')
+# Wake-up period of the action while it waits for windows or a response [s] (steady time).
+_POLL = 0.05
+
+
+def service_type(name: str) -> type:
+    """The service class of `package/srv/Name`.
+
+    Raises:
+      ImportError: the interface package is not installed (its message names it).
+    """
+    package, _, service = name.split('/')
+    try:
+        return getattr(importlib.import_module(f'{package}.srv'), service)
+    except (ImportError, AttributeError) as exc:
+        raise ImportError(f'{name} is not installed: install the package {package} (the '
+                          "robot driver's interfaces)") from exc
+
+
+def payload_request(srv: type, payload: HeldPayload):
+    """The request of `srv` (franka_msgs SetLoad, or ur_msgs SetPayload in either layout)
+    that hands `payload` (in the robot's payload frame) to the robot.
+
+    Raises:
+      TypeError: a service whose request has none of those layouts.
+    """
+    request = srv.Request()
+    fields = request.get_fields_and_field_types()
+    com = [float(c) for c in payload.com]
+    if {'mass', 'center_of_mass', 'load_inertia'} <= set(fields):          # SetLoad
+        request.mass = float(payload.mass)
+        request.center_of_mass = com
+        request.load_inertia = [float(v) for v in np.asarray(payload.inertia).T.ravel()]
+    elif {'mass', 'center_of_gravity'} <= set(fields):                     # ur_msgs <= 2.0
+        request.mass = float(payload.mass)
+        request.center_of_gravity = Vector3(x=com[0], y=com[1], z=com[2])
+    elif fields.get('payload') == 'geometry_msgs/Inertia':                  # newer ur_msgs
+        i = np.asarray(payload.inertia, dtype=float)
+        centre = Vector3(x=com[0], y=com[1], z=com[2])
+        request.payload = Inertia(m=float(payload.mass), com=centre,
+                                  ixx=i[0, 0], ixy=i[0, 1], ixz=i[0, 2], iyy=i[1, 1],
+                                  iyz=i[1, 2], izz=i[2, 2])
+    else:
+        raise TypeError(f'{srv.__module__}.{srv.__name__}: no payload layout known '
+                        f'(request fields {sorted(fields)})')
+    return request
+
+
+def _accepted(response) -> tuple[bool, str]:
+    """(taken, the robot's reason) from a SetLoad / SetPayload response."""
+    return bool(response.success), str(getattr(response, 'error', ''))
+
+
+class PayloadAction:
+    """The identify_payload action server and restore_payload service of one estimator.
+
+    Args:
+      node: the estimator node (its parameters `PARAMETERS` are declared here).
+      profile: the driver profile, whose payload service and frame are used.
+      names: (M,) the estimator's parameter names.
+      bounds: the configured bounds of the `payload.*` parameters it identifies.
+      link: the payload link (`model.payload.link`), the frame of the estimate.
+      nominal: (4,) the configuration's payload mass and centre of mass.
+      offset: (rotation (3, 3), translation (3,) [m]) of the link in the profile's payload
+        frame (`payload_handoff.frame_offset`).
+    """
+
+    def __init__(self, node: Node, profile: DriverProfile, names, bounds, link: str, nominal,
+                 offset, settings: dict):
+        self._node, self._profile = node, profile
+        self._names, self._bounds, self._link, self._nominal = names, bounds, link, nominal
+        self._offset = offset
+        self._limits = GateLimits(settings['payload_max_mass_std'],
+                                  settings['payload_max_com_std'],
+                                  settings['steady_windows'])
+        self._timeout = settings['payload_timeout']
+        self._service_timeout = settings['payload_service_timeout']
+        before = [float(v) for v in settings['payload_before']]
+        if len(before) != 4:
+            raise ValueError(f'payload_before: expected mass and a centre of mass (4 values), '
+                             f'got {len(before)}')
+        self.before = HeldPayload(profile.payload_frame, before[0], 0.0, np.array(before[1:]),
+                                  np.zeros(3), np.zeros((3, 3)))
+        self.applied: HeldPayload | None = None
+        self._lock = threading.Lock()
+        self._latest: tuple[int, HeldPayload, bool] | None = None    # (window, estimate, steady)
+        self._srv = service_type(profile.payload_service_type)
+        # Reentrant: the service and the action wait on their own timers and responses.
+        group = self._group = ReentrantCallbackGroup()
+        self.client = node.create_client(self._srv, profile.payload_service,
+                                         callback_group=group)
+        self.service = node.create_service(Trigger, RESTORE.name, self._on_restore,
+                                           callback_group=group)
+        self.server = ActionServer(node, IdentifyPayload, ACTION_NAME, self._execute,
+                                   goal_callback=lambda goal: GoalResponse.ACCEPT,
+                                   callback_group=group)
+        self._steady_clock = Clock(clock_type=ClockType.STEADY_TIME)
+
+    def destroy(self) -> None:
+        """Release the action server, service and client."""
+        self.server.destroy()
+        self._node.destroy_service(self.service)
+        self._node.destroy_client(self.client)
+
+    def offer(self, index: int, mean, std, steady: bool) -> None:
+        """One window's posterior (M,) mean and std, and whether it is steady
+        (`payload_handoff.SteadyMean`); called by the estimator's worker thread."""
+        estimate = held_payload(self._names, mean, std, self._link, self._nominal)
+        with self._lock:
+            self._latest = (index, estimate, steady)
+
+    def in_robot_frame(self, payload: HeldPayload) -> HeldPayload:
+        """`payload` (in the payload link) in the profile's payload frame."""
+        return expressed_in(payload, self._profile.payload_frame, *self._offset)
+
+    # ------------------------------------------------------------------------------------------
+
+    async def _sleep(self, seconds: float) -> None:
+        """Yield to the executor for `seconds` of steady time."""
+        done = Future()
+        timer = self._node.create_timer(seconds, lambda: done.set_result(None),
+                                        callback_group=self._group, clock=self._steady_clock)
+        try:
+            await done
+        finally:
+            self._node.destroy_timer(timer)
+
+    async def _call(self, payload: HeldPayload) -> tuple[bool, str]:
+        """Hand `payload` (robot frame) to the robot: (taken, why not)."""
+        deadline = time.monotonic() + self._service_timeout
+        while not self.client.service_is_ready():
+            if time.monotonic() > deadline:
+                return False, (f'the payload service {self._profile.payload_service} '
+                               f'({self._profile.payload_service_type}) is not available')
+            await self._sleep(_POLL)
+        future = self.client.call_async(payload_request(self._srv, payload))
+        while not future.done():
+            if time.monotonic() > deadline:
+                self.client.remove_pending_request(future)
+                return False, f'no response from {self._profile.payload_service} in time'
+            await self._sleep(_POLL)
+        taken, why = _accepted(future.result())
+        return taken, '' if taken else f'the robot refused the payload: {why or "no reason"}'
+
+    async def _execute(self, goal_handle):
+        goal = goal_handle.request
+        result = IdentifyPayload.Result()
+        timeout = goal.timeout if goal.timeout > 0 else self._timeout
+        deadline = time.monotonic() + timeout
+        start_window, seen, why = None, -1, ['no window estimated yet']
+        estimate = None
+        if goal.excite:
+            goal_handle.abort()
+            result.message = ('excite: run the excitation with trajectory_publisher before '
+                              'the goal; this node does not move the robot')
+            return result
+        while time.monotonic() < deadline:
+            with self._lock:
+                latest = self._latest
+            if latest is not None and latest[0] != seen:
+                seen, estimate, steady = latest
+                start_window = seen if start_window is None else start_window
+                why = refusals(estimate, steady, self._limits, self._bounds)
+                shown = self.in_robot_frame(estimate)
+                feedback = IdentifyPayload.Feedback(
+                    stage='estimate', windows=seen - start_window + 1, mass=shown.mass,
+                    mass_std=shown.mass_std, center_of_mass=shown.com.tolist(),
+                    center_of_mass_std=shown.com_std.tolist())
+                goal_handle.publish_feedback(feedback)
+                if not why:
+                    break
+            await self._sleep(_POLL)
+        if estimate is not None:
+            shown = self.in_robot_frame(estimate)
+            result.mass, result.mass_std = shown.mass, shown.mass_std
+            result.center_of_mass, result.center_of_mass_std = (shown.com.tolist(),
+                                                                shown.com_std.tolist())
+            result.inertia = np.asarray(shown.inertia).ravel().tolist()
+        if why:
+            result.message = f'no estimate passed the gate within {timeout:g} s: ' + \
+                '; '.join(why)
+            goal_handle.abort()
+            return result
+        result.success = True
+        if not goal.apply:
+            result.message = 'estimated (apply: false, nothing handed to the robot)'
+            goal_handle.succeed()
+            return result
+        taken, why_not = await self._call(shown)
+        if not taken:
+            result.success = False
+            result.message = why_not
+            goal_handle.abort()
+            return result
+        previous, self.applied = self.applied, shown
+        result.applied = True
+        result.message = (f'applied {_describe(shown)} through '
+                          f'{self._profile.payload_service}')
+        self._node.get_logger().info(result.message + ' (replacing '
+                                     + _describe(previous or self.before) + ')')
+        goal_handle.succeed()
+        return result
+
+    async def _on_restore(self, request, response):
+        """Hand `before` back to the robot."""
+        response.success, why = await self._call(self.before)
+        if response.success:
+            self.applied = None
+            response.message = 'restored ' + _describe(self.before)
+        else:
+            response.message = why
+        self._node.get_logger().info(response.message)
+        return response
+
+
+def _describe(payload: HeldPayload) -> str:
+    return (f'{payload.mass:.4g} kg at ({", ".join(f"{c:.4g}" for c in payload.com)}) m in '
+            f'{payload.frame}')
