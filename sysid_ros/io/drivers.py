@@ -18,8 +18,8 @@ Profiles (the facts are the drivers' own documentation and launch files):
   * `franka` (franka_ros2): `/franka/joint_states` from the robot's 1 kHz state, effort =
     measured joint torque tau_J [N m]; franka_bringup's `/joint_states` is
     `joint_state_publisher` republishing at 30 Hz stamped on receipt. Payload: the
-    flange frame (`<arm_id>_link8`), `franka_msgs/srv/SetLoad` on `/service_server/set_load` (mass [kg],
-    centre of mass [m], inertia [kg m^2], column-major). `sysid fit` also writes
+    flange frame (`<arm_id>_link8`), `franka_msgs/srv/SetLoad` on `/service_server/set_load`
+    (mass [kg], centre of mass [m], inertia [kg m^2], column-major). `sysid fit` also writes
     franka_description's `inertials.yaml` (`description_files`). Trajectories:
     `panda_arm_controller`, the joint_trajectory_controller that franka_moveit_config's
     `moveit.launch.py` spawns.
