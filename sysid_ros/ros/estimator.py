@@ -169,7 +169,8 @@ PAUSE_PUSH = Endpoint('~/pause_push', SetBool, SERVICE,
                       'true: pause the push, false: resume it')
 ENDPOINTS = (JOINT_STATES, TORQUE_COMMANDS, MOCAP_POSES, ROBOT_DESCRIPTION_IN, ESTIMATE,
              ESTIMATE_COVARIANCE, INERTIA, PARTICLES, MEASURED, PREDICTED, ROBOT_DESCRIPTION,
-             DIAGNOSTICS, RESET, SAVE, PAUSE_PUSH, payload_action.RESTORE,
+             DIAGNOSTICS, RESET, SAVE, PAUSE_PUSH, payload_action.IDENTIFY,
+             payload_action.RESTORE,
              parameter_push.SET_PARAMETERS, payload_action.SET_PAYLOAD)
 
 

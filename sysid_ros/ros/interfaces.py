@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
-from rclpy.action import ActionClient
+from rclpy.action import ActionClient, ActionServer
+from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from rclpy.qos_overriding_options import QoSOverridingOptions
 
-__all__ = ['PUBLISHER', 'SUBSCRIPTION', 'SERVICE', 'CLIENT', 'ACTION_CLIENT', 'KINDS',
+__all__ = ['PUBLISHER', 'SUBSCRIPTION', 'SERVICE', 'CLIENT', 'ACTION_CLIENT', 'ACTION_SERVER',
+           'KINDS',
            'Endpoint', 'NodeParameter', 'type_name', 'create']
 
 PUBLISHER = 'publisher'
@@ -24,7 +26,8 @@ SUBSCRIPTION = 'subscription'
 SERVICE = 'service'
 CLIENT = 'client'
 ACTION_CLIENT = 'action client'
-KINDS = (PUBLISHER, SUBSCRIPTION, SERVICE, CLIENT, ACTION_CLIENT)
+ACTION_SERVER = 'action server'
+KINDS = (PUBLISHER, SUBSCRIPTION, SERVICE, CLIENT, ACTION_CLIENT, ACTION_SERVER)
 
 
 class Endpoint(NamedTuple):
@@ -75,21 +78,23 @@ def type_name(msg_type: type) -> str:
 
 def create(node: Node, endpoint: Endpoint, callback: Callable | None = None,
            lifecycle: bool = False, msg_type: type | None = None,
-           qos: QoSProfile | int | None = None, raw: bool = False, **names: Any) -> Any:
+           qos: QoSProfile | int | None = None, raw: bool = False,
+           callback_group: CallbackGroup | None = None, **names: Any) -> Any:
     """Create `endpoint` on `node`.
 
     Args:
       node: the node (a `LifecycleNode` with `lifecycle`).
       endpoint: what to create.
-      callback: of a subscription or service.
+      callback: of a subscription, service, or action server (its execute callback).
       lifecycle: make a publisher a lifecycle publisher (it publishes only while active).
       msg_type: the type of an endpoint whose type a recording sets.
       qos: the profile of an endpoint whose profile a recording sets.
       raw: a subscription's callback receives the serialised message (bytes).
+      callback_group: of a service, client or action (None: the node's default).
       **names: the values of the placeholders in `endpoint.name`.
 
     Returns:
-      The publisher, subscription, service, client or action client.
+      The publisher, subscription, service, client, action client or action server.
     """
     name = endpoint.name.format(**names)
     msg_type = msg_type or endpoint.msg_type
@@ -101,8 +106,11 @@ def create(node: Node, endpoint: Endpoint, callback: Callable | None = None,
         return make(msg_type, name, qos, **options)
     if endpoint.kind == SUBSCRIPTION:
         return node.create_subscription(msg_type, name, callback, qos, raw=raw, **options)
+    group = {} if callback_group is None else {'callback_group': callback_group}
     if endpoint.kind == SERVICE:
-        return node.create_service(msg_type, name, callback)
+        return node.create_service(msg_type, name, callback, **group)
     if endpoint.kind == ACTION_CLIENT:
-        return ActionClient(node, msg_type, name)
-    return node.create_client(msg_type, name)
+        return ActionClient(node, msg_type, name, **group)
+    if endpoint.kind == ACTION_SERVER:
+        return ActionServer(node, msg_type, name, callback, **group)
+    return node.create_client(msg_type, name, **group)

@@ -24,7 +24,6 @@ import time
 
 from geometry_msgs.msg import Inertia, Vector3
 import numpy as np
-from rclpy.action import ActionServer, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
@@ -36,12 +35,12 @@ from sysid_ros_interfaces.action import IdentifyPayload
 from sysid_ros.io.drivers import DriverProfile
 from sysid_ros.io.payload_handoff import (expressed_in, GateLimits, held_payload, HeldPayload,
                                           refusals)
-from sysid_ros.ros.interfaces import CLIENT, Endpoint, NodeParameter, SERVICE
+from sysid_ros.ros.interfaces import (ACTION_SERVER, CLIENT, create, Endpoint, NodeParameter,
+                                      SERVICE)
 
-__all__ = ['PARAMETERS', 'RESTORE', 'SET_PAYLOAD', 'ACTION_NAME', 'service_type',
+__all__ = ['PARAMETERS', 'IDENTIFY', 'RESTORE', 'SET_PAYLOAD', 'service_type',
            'payload_request', 'PayloadAction']
 
-ACTION_NAME = '~/identify_payload'
 PARAMETERS = (
     NodeParameter('payload_max_mass_std', 0.05, 'the identify_payload gate: largest mass '
                   'standard deviation handed to the robot [kg]', 0.0),
@@ -55,6 +54,10 @@ PARAMETERS = (
                   'hand-off, which restore_payload hands back: mass [kg] and centre of mass '
                   "(3) [m] in the driver profile's payload frame"),
 )
+IDENTIFY = Endpoint(
+    '~/identify_payload', IdentifyPayload, ACTION_SERVER,
+    "with a driver profile's payload service and payload.* parameters: follow the payload "
+    "estimate (feedback), gate it and, with the goal's apply, hand it to the robot")
 RESTORE = Endpoint('~/restore_payload', Trigger, SERVICE,
                    "with a driver profile's payload service: hand the load before the first "
                    'hand-off (payload_before) back to the robot')
@@ -151,13 +154,10 @@ class PayloadAction:
         self._srv = service_type(profile.payload_service_type)
         # Reentrant: the service and the action wait on their own timers and responses.
         group = self._group = ReentrantCallbackGroup()
-        self.client = node.create_client(self._srv, profile.payload_service,
-                                         callback_group=group)
-        self.service = node.create_service(Trigger, RESTORE.name, self._on_restore,
-                                           callback_group=group)
-        self.server = ActionServer(node, IdentifyPayload, ACTION_NAME, self._execute,
-                                   goal_callback=lambda goal: GoalResponse.ACCEPT,
-                                   callback_group=group)
+        self.client = create(node, SET_PAYLOAD, msg_type=self._srv, callback_group=group,
+                             payload_service=profile.payload_service)
+        self.service = create(node, RESTORE, self._on_restore, callback_group=group)
+        self.server = create(node, IDENTIFY, self._execute, callback_group=group)
         self._steady_clock = Clock(clock_type=ClockType.STEADY_TIME)
 
     def destroy(self) -> None:

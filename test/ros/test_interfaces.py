@@ -22,7 +22,8 @@ def test_every_node_module_describes_its_endpoints_and_parameters(module):
     assert node.NODE_NAME.endswith(module)
     for endpoint in node.ENDPOINTS:
         assert endpoint.kind in interfaces.KINDS and endpoint.name and endpoint.doc
-        if endpoint.kind in (interfaces.SERVICE, interfaces.CLIENT, interfaces.ACTION_CLIENT):
+        if endpoint.kind in (interfaces.SERVICE, interfaces.CLIENT, interfaces.ACTION_CLIENT,
+                             interfaces.ACTION_SERVER):
             assert endpoint.qos is None and endpoint.overrides is None
         if endpoint.msg_type is not None:
             assert interfaces.type_name(endpoint.msg_type).count('/') == 2

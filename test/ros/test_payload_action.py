@@ -7,13 +7,12 @@ import dataclasses
 import threading
 import time
 
+from franka_msgs.srv import SetLoad
 import numpy as np
 import pytest
 import rclpy
 from rclpy.action import ActionClient
 from rclpy.executors import MultiThreadedExecutor
-
-from franka_msgs.srv import SetLoad
 from std_srvs.srv import Trigger
 from sysid_ros_interfaces.action import IdentifyPayload
 from ur_msgs.srv import SetPayload
