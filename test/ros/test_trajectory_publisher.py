@@ -1,23 +1,29 @@
-"""`trajectory_publisher` and `sim_robot` following a trajectory, as separate processes over
-real DDS (loopback): the dry run refuses a trajectory that breaks a limit and publishes
-nothing; a trajectory within the limits reaches a joint_trajectory_controller's topic with
-its accelerations, and `sim_robot` (following that topic) moves along it."""
+"""`trajectory_publisher` against a stand-in joint_trajectory_controller (an rclpy
+ActionServer of the real control_msgs/action/FollowJointTrajectory in this process, which
+publishes the joint states), the node a separate process, over real DDS (loopback): a goal
+that succeeds, is rejected, aborted, timed out or interrupted; the dry run sends nothing;
+the driver profile's controller is picked among two; the move starts at the current state;
+a trajectory beyond a limit is refused before anything is sent."""
 
+import signal
 
+from control_msgs.action import FollowJointTrajectory
 import numpy as np
 import pytest
-from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.task import Future
 from sensor_msgs.msg import JointState
-from trajectory_msgs.msg import JointTrajectory
 import yaml
 
 from sysid_ros.io import excitation
-from sysid_ros.ros import messages, trajectory_publisher
+from sysid_ros.ros import messages, trajectory_action, trajectory_publisher
 
-TOPIC = '/joint_trajectory_controller/joint_trajectory'
 START_TIMEOUT = 90.0                            # [s] imports and compilation on a busy machine
 AMPLITUDE = 0.4                                 # [rad] of the trajectory's first joint
 DURATION = 2.0                                  # [s]
+CURRENT = (0.05, -0.1)                          # [rad] the stand-in's joint positions
+JTC = 'joint_trajectory_controller'
+SCALED = 'scaled_joint_trajectory_controller'
 
 
 def _trajectory(path, speed: float = 1.0) -> str:
@@ -34,54 +40,214 @@ def _trajectory(path, speed: float = 1.0) -> str:
     return str(path)
 
 
-@pytest.fixture(scope='module')
-def files(tmp_path_factory):
-    folder = tmp_path_factory.mktemp('trajectory_publisher')
-    config = folder / 'config.yaml'
-    config.write_text(yaml.safe_dump({'/**': {'ros__parameters': {
+def _config(path, **data) -> str:
+    path.write_text(yaml.safe_dump({'/**': {'ros__parameters': {
         'model': {'builder': 'double_pendulum', 'joints': ['joint1', 'joint2'],
                   'actuator': 'viscous'},
         'parameters': {'link2': {'mass': {'min': 0.5, 'max': 2.0}}},
-        'excitation': {'velocity': 1.0, 'effort': [40.0, 20.0]}}}}))
-    return (str(config), _trajectory(folder / 'slow.yaml'),
-            _trajectory(folder / 'fast.yaml', speed=3.0))
+        'data': data,
+        'excitation': {'velocity': 1.0, 'acceleration': 10.0, 'effort': [40.0, 20.0]}}}}))
+    return str(path)
 
 
-def test_dry_run_refuses_a_trajectory_beyond_a_limit(start_node, files):
-    config, _, fast = files
+@pytest.fixture(scope='module')
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp('trajectory_publisher')
+    return {'generic': _config(folder / 'generic.yaml'),
+            'ur': _config(folder / 'ur.yaml', driver='ur', torque_gains=[1.0]),
+            'slow': _trajectory(folder / 'slow.yaml'),
+            'fast': _trajectory(folder / 'fast.yaml', speed=3.0)}
+
+
+class StandInController:
+    """A joint_trajectory_controller's action (`mode`: 'succeed', 'reject', 'abort' with
+    PATH_TOLERANCE_VIOLATED, or 'hold' until cancelled) that records the goals it accepts
+    and the cancel requests; the joint states at CURRENT."""
+
+    def __init__(self, node, controller: str, mode: str = 'succeed'):
+        self.mode = mode
+        self.goals = []
+        self.cancelled = []
+        self._released = None
+        self.server = ActionServer(
+            node, FollowJointTrajectory, trajectory_action.action_name(controller),
+            self._execute, goal_callback=self._decide, cancel_callback=self._cancel)
+
+    def _decide(self, goal):
+        if self.mode == 'reject':
+            return GoalResponse.REJECT
+        self.goals.append(goal)
+        return GoalResponse.ACCEPT
+
+    def _cancel(self, goal_handle):
+        self.cancelled.append(goal_handle)
+        if self._released is not None:
+            self._released.set_result(None)
+        return CancelResponse.ACCEPT
+
+    async def _execute(self, goal_handle):
+        points = goal_handle.request.trajectory.points
+        feedback = FollowJointTrajectory.Feedback()
+        for point in points[::len(points) // 4]:
+            feedback.desired = point
+            goal_handle.publish_feedback(feedback)
+        if self.mode == 'hold':
+            self._released = Future()
+            await self._released
+            goal_handle.canceled()
+            return FollowJointTrajectory.Result()
+        if self.mode == 'abort':
+            goal_handle.abort()
+            return FollowJointTrajectory.Result(
+                error_code=FollowJointTrajectory.Result.PATH_TOLERANCE_VIOLATED,
+                error_string='joint1 path error 0.2 beyond 0.05')
+        goal_handle.succeed()
+        return FollowJointTrajectory.Result(error_code=FollowJointTrajectory.Result.SUCCESSFUL)
+
+    def destroy(self):
+        self.server.destroy()
+
+
+@pytest.fixture
+def robot(ros):
+    """Joint states at CURRENT on /joint_states and a function `(controller, mode) ->
+    StandInController`; all destroyed after the test."""
+    publisher = ros.node.create_publisher(JointState, '/joint_states', 10)
+    timer = ros.node.create_timer(0.02, lambda: publisher.publish(
+        messages.arrays_to_joint_state(0.0, ('joint2', 'joint1'), CURRENT[::-1])))
+    servers = []
+
+    def serve(controller: str = JTC, mode: str = 'succeed') -> StandInController:
+        servers.append(StandInController(ros.node, controller, mode))
+        return servers[-1]
+
+    yield serve
+    for server in servers:
+        server.destroy()
+    ros.node.destroy_timer(timer)
+    ros.node.destroy_publisher(publisher)
+
+
+def _run(start_node, ros, config, trajectory, *args):
+    """Run the node to its end while the stand-ins serve; returns (status, output)."""
     process = start_node('sysid_ros.ros.trajectory_publisher', '-p', f'config:={config}',
-                         '-p', f'trajectory:={fast}', '-p', 'dry_run:=true')
-    assert process.wait(START_TIMEOUT) == trajectory_publisher.REFUSED, process.output()
-    output = process.output()
+                         '-p', f'trajectory:={trajectory}', *args)
+    assert ros.spin_until(lambda: process.proc.poll() is not None, START_TIMEOUT), \
+        process.output()
+    return process.proc.returncode, process.output()
+
+
+def _sent(goal):
+    return messages.trajectory_to_arrays(goal.trajectory)
+
+
+def test_success_sends_the_move_from_the_current_state_then_the_trajectory(
+        start_node, ros, files, robot):
+    controller = robot()
+    status, output = _run(start_node, ros, files['generic'], files['slow'],
+                          '-p', 'path_tolerance:=0.05')
+    assert status == 0, output
+    assert len(controller.goals) == 1 and 'goal succeeded' in output
+    goal = controller.goals[0]
+    sent = _sent(goal)
+    assert sent.names == ('joint1', 'joint2') and sent.qdd is not None
+    assert [(t.name, t.position) for t in goal.path_tolerance] == [
+        ('joint1', 0.05), ('joint2', 0.05)]
+    assert goal.goal_tolerance == []
+    # The quintic starts at rest at the stand-in's state and ends at the first point.
+    period = DURATION / 200
+    np.testing.assert_allclose(sent.q[0], CURRENT, atol=1e-12)
+    np.testing.assert_allclose(sent.qd[0], 0.0, atol=1e-12)
+    np.testing.assert_allclose(np.diff(sent.t), period, rtol=1e-6)
+    move = sent.t[-1] - DURATION
+    assert move >= trajectory_action.MIN_MOVE_DURATION
+    tail = sent.t >= move - 1e-9
+    np.testing.assert_allclose(sent.q[tail][0], 0.0, atol=1e-12)
+    assert np.sum(tail) == 201
+    assert np.max(np.abs(sent.qd[~tail]), axis=0) == pytest.approx(
+        np.abs(CURRENT) * 15 / 8 / move, rel=1e-2)
+    assert 'largest position error' in output
+
+
+def test_dry_run_logs_what_would_be_sent_and_sends_nothing(start_node, ros, files, robot):
+    controller = robot()
+    status, output = _run(start_node, ros, files['generic'], files['slow'],
+                          '-p', 'dry_run:=true')
+    assert status == 0, output
+    assert controller.goals == [] and 'dry run: nothing sent' in output
+    assert f'/{JTC}/follow_joint_trajectory: ' in output
+    assert 'move from [0.05, -0.1] to [0.0, 0.0]' in output
+
+
+def test_the_driver_profiles_controller_is_picked_among_two(start_node, ros, files, robot):
+    plain, scaled = robot(JTC), robot(SCALED)
+    status, output = _run(start_node, ros, files['ur'], files['slow'])
+    assert status == 0, output
+    assert len(scaled.goals) == 1 and plain.goals == []
+
+
+def test_two_controllers_without_the_profiles_are_refused(start_node, ros, files, robot):
+    first, second = robot('left_arm_controller'), robot('right_arm_controller')
+    status, output = _run(start_node, ros, files['ur'], files['slow'])
+    assert status == trajectory_publisher.NO_CONTROLLER, output
+    assert '/left_arm_controller/follow_joint_trajectory' in output
+    assert '/right_arm_controller/follow_joint_trajectory' in output
+    assert first.goals == [] and second.goals == []
+
+
+def test_rejected_goal(start_node, ros, files, robot):
+    robot(mode='reject')
+    status, output = _run(start_node, ros, files['generic'], files['slow'])
+    assert status == trajectory_publisher.REJECTED, output
+    assert 'goal rejected' in output
+
+
+def test_aborted_goal_reports_the_controllers_error(start_node, ros, files, robot):
+    robot(mode='abort')
+    status, output = _run(start_node, ros, files['generic'], files['slow'])
+    assert status == trajectory_publisher.ABORTED, output
+    assert 'goal aborted: error_code -4 (PATH_TOLERANCE_VIOLATED)' in output
+    assert 'joint1 path error 0.2 beyond 0.05' in output
+
+
+def test_no_result_in_time_cancels_the_goal(start_node, ros, files, robot):
+    controller = robot(mode='hold')
+    status, output = _run(start_node, ros, files['generic'], files['slow'],
+                          '-p', 'result_margin:=0.5')
+    assert status == trajectory_publisher.TIMED_OUT, output
+    assert len(controller.cancelled) == 1 and 'goal cancelled' in output
+
+
+def test_ctrl_c_cancels_the_goal(start_node, ros, files, robot):
+    controller = robot(mode='hold')
+    process = start_node('sysid_ros.ros.trajectory_publisher',
+                         '-p', f'config:={files["generic"]}',
+                         '-p', f'trajectory:={files["slow"]}')
+    assert ros.spin_until(lambda: controller.goals or process.proc.poll() is not None,
+                          START_TIMEOUT), process.output()
+    ros.spin_for(1.0)                                   # the acceptance reaches the node
+    process.proc.send_signal(signal.SIGINT)
+    assert ros.spin_until(lambda: process.proc.poll() is not None, 15.0)
+    assert process.proc.returncode == trajectory_publisher.INTERRUPTED, process.output()
+    assert len(controller.cancelled) == 1
+
+
+def test_a_trajectory_beyond_a_limit_is_refused_before_sending(start_node, ros, files, robot):
+    controller = robot()
+    status, output = _run(start_node, ros, files['generic'], files['fast'])
+    assert status == trajectory_publisher.REFUSED, output
     assert 'joint1: velocity' in output and 'exceeds the limit 1.0' in output
-    assert 'refused' in output and 'published to' not in output
+    assert 'refused; nothing sent' in output and controller.goals == []
 
 
-def test_sim_robot_follows_the_published_trajectory(start_node, ros, files):
-    config, slow, _ = files
-    sim = start_node('sysid_ros.ros.sim_robot', '-p', f'config:={config}',
-                     '-p', f'trajectory_topic:={TOPIC}', '-p', 'noise:=0.0')
-    received = {'joints': [], 'trajectory': []}
-    qos = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE)
-    ros.node.create_subscription(JointState, '/joint_states', received['joints'].append, qos)
-    ros.node.create_subscription(JointTrajectory, TOPIC, received['trajectory'].append, qos)
-    assert ros.spin_until(lambda: received['joints'] or sim.proc.poll() is not None,
-                          START_TIMEOUT), sim.output()
-    rest = messages.joint_state_to_arrays(received['joints'][-1]).position
-    np.testing.assert_allclose(rest, 0.0, atol=1e-3)            # held at rest until told
-    count = len(received['joints'])
-    publisher = start_node('sysid_ros.ros.trajectory_publisher', '-p', f'config:={config}',
-                           '-p', f'trajectory:={slow}', '-p', 'subscribers:=2')
-    assert ros.spin_until(lambda: publisher.proc.poll() is not None, START_TIMEOUT)
-    assert publisher.proc.returncode == 0, publisher.output()
-    assert len(received['trajectory']) == 1
-    sent = messages.trajectory_to_arrays(received['trajectory'][0])
-    assert sent.q.shape == (201, 2) and sent.qdd is not None
-    ros.spin_for(DURATION + 1.0)
-    moved = np.array([messages.joint_state_to_arrays(m).position
-                      for m in received['joints'][count:]])
-    assert sim.proc.poll() is None, sim.output()
-    # The swing's peak and its return to rest, with the tracking error of a nominal model.
-    assert np.max(moved[:, 0]) == pytest.approx(AMPLITUDE, abs=0.05)
-    np.testing.assert_allclose(moved[-1], 0.0, atol=0.02)
-    assert 'following a trajectory of 201 points' in sim.output()
+@pytest.mark.usefixtures('robot')                   # joint states, no controller
+def test_no_controller_on_the_graph(start_node, ros, files):
+    status, output = _run(start_node, ros, files['generic'], files['slow'],
+                          '-p', 'wait_timeout:=3.0')
+    assert status == trajectory_publisher.NO_CONTROLLER, output
+    assert 'no control_msgs/action/FollowJointTrajectory action on the graph' in output
+
+
+def test_error_code_names():
+    assert trajectory_action.error_code_name(-4) == 'PATH_TOLERANCE_VIOLATED'
+    assert trajectory_action.error_code_name(7) == 'UNKNOWN'

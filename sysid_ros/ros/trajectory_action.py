@@ -1,0 +1,135 @@
+"""What `trajectory_publisher` sends as a control_msgs/action/FollowJointTrajectory goal: the
+controller's action picked from the graph, the move from the current state to a trajectory's
+first point, and the goal message.
+
+The move is a quintic in time, q(t) = q0 + (q1 - q0) s(t / T) with
+s(u) = 10 u^3 - 15 u^4 + 6 u^5, at rest (zero velocity and acceleration) at both ends. Its peak
+speed is 15/8 |q1 - q0| / T and its peak acceleration 10 / sqrt(3) |q1 - q0| / T^2, so the
+duration T is the shortest that keeps both within `MOVE_LIMIT_SHARE` of each joint's limits,
+at least `MIN_MOVE_DURATION`, rounded up to whole sample periods of the trajectory.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+from builtin_interfaces.msg import Duration
+from control_msgs.action import FollowJointTrajectory
+from control_msgs.msg import JointTolerance
+import numpy as np
+
+from sysid_ros.io.excitation import JointTrajectoryData
+from sysid_ros.ros import messages
+
+__all__ = ['ACTION_TYPE', 'ACTION_SUFFIX', 'MOVE_LIMIT_SHARE', 'MIN_MOVE_DURATION',
+           'ControllerChoiceError', 'action_name', 'pick_action', 'move_duration',
+           'with_move', 'make_goal', 'error_code_name']
+
+ACTION_TYPE = 'control_msgs/action/FollowJointTrajectory'
+ACTION_SUFFIX = 'follow_joint_trajectory'
+MOVE_LIMIT_SHARE = 0.5          # [-] share of the speed and acceleration limits the move uses
+MIN_MOVE_DURATION = 1.0         # [s] shortest move to the first point
+_PEAK_SPEED = 15.0 / 8.0        # [-] peak of ds/du
+_PEAK_ACCELERATION = 10.0 / math.sqrt(3.0)      # [-] peak of |d2s/du2|
+
+
+class ControllerChoiceError(Exception):
+    """No FollowJointTrajectory action, or several and none preferred; the message says
+    which."""
+
+
+def action_name(controller: str) -> str:
+    """`/<controller>/follow_joint_trajectory` (a controller name given with its namespace
+    keeps it)."""
+    return f'/{controller.strip("/")}/{ACTION_SUFFIX}'
+
+
+def pick_action(names: Iterable[str], preferred: str) -> str:
+    """The action to send to, from the FollowJointTrajectory action names on the graph: the
+    only one, else the one of the controller `preferred` (a driver profile's
+    `trajectory_controller`, in any namespace).
+
+    Raises:
+      ControllerChoiceError: none, or several without the preferred one.
+    """
+    names = sorted(set(names))
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise ControllerChoiceError(f'no {ACTION_TYPE} action on the graph: is a '
+                                    'joint_trajectory_controller loaded and active?')
+    wanted = f'/{preferred.strip("/")}/{ACTION_SUFFIX}'
+    matches = [n for n in names if n == wanted or n.endswith(wanted)]
+    if len(matches) == 1:
+        return matches[0]
+    raise ControllerChoiceError(f'{len(names)} {ACTION_TYPE} actions ({", ".join(names)}) '
+                                f'and {"several" if matches else "none"} of the driver '
+                                f"profile's {preferred}: choose one with -p controller:=NAME")
+
+
+def move_duration(q0: np.ndarray, q1: np.ndarray, qd_max: np.ndarray,
+                  qdd_max: np.ndarray) -> float:
+    """Duration [s] of the quintic move from q0 to q1 (nv,) within `MOVE_LIMIT_SHARE` of the
+    speed limits qd_max and acceleration limits qdd_max (nv,) (inf: none), at least
+    `MIN_MOVE_DURATION`."""
+    distance = np.abs(np.asarray(q1, dtype=float) - np.asarray(q0, dtype=float))
+    by_speed = _PEAK_SPEED * distance / (MOVE_LIMIT_SHARE * np.asarray(qd_max, dtype=float))
+    by_acceleration = np.sqrt(_PEAK_ACCELERATION * distance
+                              / (MOVE_LIMIT_SHARE * np.asarray(qdd_max, dtype=float)))
+    return float(max(MIN_MOVE_DURATION, np.max(by_speed), np.max(by_acceleration)))
+
+
+def with_move(trajectory: JointTrajectoryData, q0: np.ndarray, qd_max: np.ndarray,
+              qdd_max: np.ndarray) -> tuple[JointTrajectoryData, float]:
+    """The trajectory (times from 0) after a quintic move from q0 (nv,) in the trajectory's
+    joint order to its first point, sampled at the trajectory's median period; returns it
+    and the move's duration [s] (the trajectory's first point is then at that time).
+
+    The move's samples start at 0 at q0, as a motion planner's trajectory starts at the
+    current state, and end at the trajectory's first point, which is kept once.
+    """
+    period = float(np.median(np.diff(trajectory.t)))
+    duration = move_duration(q0, trajectory.q[0], qd_max, qdd_max)
+    steps = math.ceil(duration / period - 1e-9)
+    duration = steps * period
+    u = np.arange(steps)[:, None] / steps
+    step = trajectory.q[0] - np.asarray(q0, dtype=float)
+    s = u ** 3 * (10.0 - 15.0 * u + 6.0 * u ** 2)
+    ds = 30.0 * u ** 2 * (1.0 - u) ** 2 / duration
+    dds = 60.0 * u * (1.0 - u) * (1.0 - 2.0 * u) / duration ** 2
+    t = np.concatenate([u[:, 0] * duration, trajectory.t - trajectory.t[0] + duration])
+    q, qd, qdd = (np.concatenate([head, tail]) for head, tail in (
+        (q0 + s * step, trajectory.q), (ds * step, trajectory.qd),
+        (dds * step, trajectory.qdd)))
+    return JointTrajectoryData(trajectory.joint_names, t, q, qd, qdd), duration
+
+
+def _tolerances(names, position: float) -> list[JointTolerance]:
+    """One position tolerance [rad, m] per joint; none for 0 (the controller's own)."""
+    if position <= 0.0:
+        return []
+    return [JointTolerance(name=n, position=float(position)) for n in names]
+
+
+def make_goal(trajectory: JointTrajectoryData, path_tolerance: float, goal_tolerance: float,
+              goal_time_tolerance: float) -> FollowJointTrajectory.Goal:
+    """The goal: the trajectory stamped 0 (the controller starts it on arrival) with
+    positions, velocities and accelerations; position tolerances [rad, m] on the path and at
+    the end, and the time allowed past the end [s] (each 0: the controller's default)."""
+    seconds = messages.seconds_to_stamp(goal_time_tolerance)
+    return FollowJointTrajectory.Goal(
+        trajectory=messages.arrays_to_trajectory(trajectory.t - trajectory.t[0],
+                                                 trajectory.joint_names, trajectory.q,
+                                                 trajectory.qd, trajectory.qdd),
+        path_tolerance=_tolerances(trajectory.joint_names, path_tolerance),
+        goal_tolerance=_tolerances(trajectory.joint_names, goal_tolerance),
+        goal_time_tolerance=Duration(sec=seconds.sec, nanosec=seconds.nanosec))
+
+
+def error_code_name(code: int) -> str:
+    """The FollowJointTrajectory.Result constant's name of an error code, or 'UNKNOWN'."""
+    result = FollowJointTrajectory.Result
+    named = {getattr(result, n): n for n in dir(result)
+             if n.isupper() and isinstance(getattr(result, n), int)}
+    return named.get(code, 'UNKNOWN')
