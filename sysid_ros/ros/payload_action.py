@@ -25,9 +25,7 @@ import time
 from geometry_msgs.msg import Inertia, Vector3
 import numpy as np
 from rclpy.callback_groups import ReentrantCallbackGroup
-from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
-from rclpy.task import Future
 from std_srvs.srv import Trigger
 
 from sysid_ros_interfaces.action import IdentifyPayload
@@ -35,6 +33,7 @@ from sysid_ros_interfaces.action import IdentifyPayload
 from sysid_ros.io.drivers import DriverProfile
 from sysid_ros.io.payload_handoff import (expressed_in, GateLimits, held_payload, HeldPayload,
                                           refusals)
+from sysid_ros.ros import coroutines
 from sysid_ros.ros.interfaces import (ACTION_SERVER, CLIENT, create, Endpoint, NodeParameter,
                                       SERVICE)
 
@@ -158,7 +157,6 @@ class PayloadAction:
                              payload_service=profile.payload_service)
         self.service = create(node, RESTORE, self._on_restore, callback_group=group)
         self.server = create(node, IDENTIFY, self._execute, callback_group=group)
-        self._steady_clock = Clock(clock_type=ClockType.STEADY_TIME)
 
     def destroy(self) -> None:
         """Release the action server, service and client."""
@@ -179,16 +177,6 @@ class PayloadAction:
 
     # ------------------------------------------------------------------------------------------
 
-    async def _sleep(self, seconds: float) -> None:
-        """Yield to the executor for `seconds` of steady time."""
-        done = Future()
-        timer = self._node.create_timer(seconds, lambda: done.set_result(None),
-                                        callback_group=self._group, clock=self._steady_clock)
-        try:
-            await done
-        finally:
-            self._node.destroy_timer(timer)
-
     async def _call(self, payload: HeldPayload) -> tuple[bool, str]:
         """Hand `payload` (robot frame) to the robot: (taken, why not)."""
         deadline = time.monotonic() + self._service_timeout
@@ -196,13 +184,13 @@ class PayloadAction:
             if time.monotonic() > deadline:
                 return False, (f'the payload service {self._profile.payload_service} '
                                f'({self._profile.payload_service_type}) is not available')
-            await self._sleep(_POLL)
+            await coroutines.sleep(self._node, _POLL, self._group)
         future = self.client.call_async(payload_request(self._srv, payload))
         while not future.done():
             if time.monotonic() > deadline:
                 self.client.remove_pending_request(future)
                 return False, f'no response from {self._profile.payload_service} in time'
-            await self._sleep(_POLL)
+            await coroutines.sleep(self._node, _POLL, self._group)
         taken, why = _accepted(future.result())
         return taken, '' if taken else f'the robot refused the payload: {why or "no reason"}'
 
@@ -233,7 +221,7 @@ class PayloadAction:
                 goal_handle.publish_feedback(feedback)
                 if not why:
                     break
-            await self._sleep(_POLL)
+            await coroutines.sleep(self._node, _POLL, self._group)
         if estimate is not None:
             shown = self.in_robot_frame(estimate)
             result.mass, result.mass_std = shown.mass, shown.mass_std
