@@ -11,10 +11,10 @@ In order, each step ending the run with its exit status when it fails:
    `data.joint_states_topic` (the driver profile's, `io.drivers`), within `wait_timeout`
    (else NO_STATE); a position more than `start_tolerance` outside the model's position
    limits is refused (REFUSED).
-2. The goal: a quintic move at rest at both ends from the current positions to the
-   trajectory's first point, within half the speed and acceleration limits
-   (`ros.trajectory_action`), then the trajectory, its times shifted by the move's duration.
-   A trajectory that does not start at rest is refused (REFUSED).
+2. The goal: a quintic move at rest at both ends from the current positions (at time 0) to
+   the trajectory's first point, within half the speed and acceleration limits and at least
+   1 s long (`ros.trajectory_action`), then the trajectory, its times shifted by the move's
+   duration. A trajectory that does not start at rest is refused (REFUSED).
 3. The limit check of the whole goal (`io.excitation.limit_violations`, times from the
    goal's start): the URDF's (or the configuration's `excitation` section's) position range
    less `excitation.position_margin`, speed, acceleration and effort, the effort through the
@@ -24,16 +24,17 @@ In order, each step ending the run with its exit status when it fails:
    FollowJointTrajectory actions on the graph, found within `wait_timeout`: the only one,
    or else the driver profile's `trajectory_controller` (UR: the scaled one) where several
    are offered (an inactive controller offers its action too, and rejects goals). None, or
-   several without the profile's: NO_CONTROLLER, naming them.
+   several without the profile's, or an action without a server within `wait_timeout`:
+   NO_CONTROLLER, naming them.
 5. With `dry_run` the controller, joints, points, duration and the move are logged and
    nothing is sent (exit 0). Otherwise the goal is sent, stamped 0 (the controller starts it
    on arrival) with positions, velocities and accelerations and the tolerances of
    `path_tolerance`, `goal_tolerance` and `goal_time_tolerance` (0: the controller's own);
-   progress is logged at each quarter of the duration. A rejected goal (REJECTED), a goal
-   the controller aborts or cancels (ABORTED, with the result's error_code and
-   error_string), or no result within the duration plus `result_margin` (TIMED_OUT; the
-   goal is cancelled) ends the run with one error line; Ctrl-C cancels the goal (exit 130).
-   Success exits 0.
+   progress is logged at each quarter of the duration. A goal rejected or not answered
+   within `wait_timeout` (REJECTED), a goal the controller aborts or cancels (ABORTED, with
+   the result's error_code and error_string), or no result within the duration plus
+   `result_margin` (TIMED_OUT; the goal is cancelled) ends the run with one error line;
+   Ctrl-C cancels the goal (exit 130). Success exits 0.
 
 Exit statuses: 0, REFUSED, 2 (bad parameters or files), NO_CONTROLLER, NO_STATE, REJECTED,
 ABORTED, TIMED_OUT, 130. Parameters (`PARAMETERS`) are read once, at start; the joint-state
@@ -153,6 +154,12 @@ class TrajectoryPublisher(Node):
         action = self._find_action()
         if action is None:
             return NO_CONTROLLER
+        client = create(self, FOLLOW_JOINT_TRAJECTORY,
+                        controller=action[:-len(trajectory_action.ACTION_SUFFIX) - 1])
+        if not client.wait_for_server(timeout_sec=self._value['wait_timeout']):
+            log.error(f'{action}: no action server within {self._value["wait_timeout"]:g} s; '
+                      'nothing sent')
+            return NO_CONTROLLER
         traj = self._trajectory
         log.info(f'{action}: {len(sent.t)} points of {", ".join(sent.joint_names)}, '
                  f'{sent.t[-1]:.2f} s: a {move:.2f} s move from {_rounded(q0)} to '
@@ -161,7 +168,7 @@ class TrajectoryPublisher(Node):
         if self._value['dry_run']:
             log.info('dry run: nothing sent')
             return 0
-        return self._follow(action, sent)
+        return self._follow(client, action, sent)
 
     def _current_positions(self) -> np.ndarray | None:
         """(nv,) positions in the trajectory's joint order from the first joint state."""
@@ -247,16 +254,11 @@ class TrajectoryPublisher(Node):
             self.get_logger().error(f'{exc}; nothing sent')
             return None
 
-    def _follow(self, action: str, sent: excitation.JointTrajectoryData) -> int:
-        """Send the goal, wait for its result (module doc, step 5)."""
+    def _follow(self, client, action: str, sent: excitation.JointTrajectoryData) -> int:
+        """Send the goal through `client` (of `action`), wait for its result (module doc,
+        step 5)."""
         log = self.get_logger()
         value = self._value
-        client = create(self, FOLLOW_JOINT_TRAJECTORY,
-                        controller=action[:-len(trajectory_action.ACTION_SUFFIX) - 1])
-        if not client.wait_for_server(timeout_sec=value['wait_timeout']):
-            log.error(f'{action}: no action server within {value["wait_timeout"]:g} s; '
-                      'nothing sent')
-            return NO_CONTROLLER
         self._goal_duration = float(sent.t[-1])
         goal = trajectory_action.make_goal(sent, value['path_tolerance'],
                                            value['goal_tolerance'],
@@ -266,7 +268,7 @@ class TrajectoryPublisher(Node):
             future = client.send_goal_async(goal, feedback_callback=self._on_feedback)
             if not self._spin_until(future.done, value['wait_timeout']):
                 log.error(f'{action}: no answer to the goal within '
-                          f'{value["wait_timeout"]:g} s')
+                          f'{value["wait_timeout"]:g} s; taken as rejected')
                 return REJECTED
             handle = future.result()
             if not handle.accepted:

@@ -40,13 +40,27 @@ def _trajectory(path, speed: float = 1.0) -> str:
     return str(path)
 
 
-def _config(path, **data) -> str:
+def _config(path, model=None, **data) -> str:
     path.write_text(yaml.safe_dump({'/**': {'ros__parameters': {
-        'model': {'builder': 'double_pendulum', 'joints': ['joint1', 'joint2'],
-                  'actuator': 'viscous'},
+        'model': model or {'builder': 'double_pendulum', 'joints': ['joint1', 'joint2'],
+                           'actuator': 'viscous'},
         'parameters': {'link2': {'mass': {'min': 0.5, 'max': 2.0}}},
         'data': data,
-        'excitation': {'velocity': 1.0, 'acceleration': 10.0, 'effort': [40.0, 20.0]}}}}))
+        'excitation': {'velocity': 1.0, 'acceleration': 10.0, 'effort': [40.0, 20.0],
+                       'position_margin': 0.0}}}}))
+    return str(path)
+
+
+def _urdf(path) -> str:
+    """Two links on revolute joints; joint2's range [-0.05, 0.05] excludes CURRENT."""
+    link = ('<link name="{}"><inertial><mass value="1.0"/><inertia ixx="0.01" ixy="0" '
+            'ixz="0" iyy="0.01" iyz="0" izz="0.01"/></inertial></link>')
+    joint = ('<joint name="{}" type="revolute"><parent link="{}"/><child link="{}"/>'
+             '<axis xyz="0 1 0"/><limit lower="{}" upper="{}" effort="40" velocity="1"/>'
+             '</joint>')
+    path.write_text('<robot name="narrow">' + ''.join(link.format(n) for n in (
+        'base', 'link1', 'link2')) + joint.format('joint1', 'base', 'link1', -1, 1)
+        + joint.format('joint2', 'link1', 'link2', -0.05, 0.05) + '</robot>')
     return str(path)
 
 
@@ -55,6 +69,8 @@ def files(tmp_path_factory):
     folder = tmp_path_factory.mktemp('trajectory_publisher')
     return {'generic': _config(folder / 'generic.yaml'),
             'ur': _config(folder / 'ur.yaml', driver='ur', torque_gains=[1.0]),
+            'narrow': _config(folder / 'narrow.yaml', model={
+                'urdf': _urdf(folder / 'narrow.urdf'), 'actuator': 'viscous'}),
             'slow': _trajectory(folder / 'slow.yaml'),
             'fast': _trajectory(folder / 'fast.yaml', speed=3.0)}
 
@@ -240,12 +256,39 @@ def test_a_trajectory_beyond_a_limit_is_refused_before_sending(start_node, ros, 
     assert 'refused; nothing sent' in output and controller.goals == []
 
 
+def test_a_start_state_outside_the_position_limits_is_refused(start_node, ros, files, robot):
+    controller = robot()
+    status, output = _run(start_node, ros, files['narrow'], files['slow'])
+    assert status == trajectory_publisher.REFUSED, output
+    assert 'current state: joint2 at -0.1 is outside its position limits [-0.05, 0.05]' \
+        in output
+    assert controller.goals == []
+
+
 @pytest.mark.usefixtures('robot')                   # joint states, no controller
 def test_no_controller_on_the_graph(start_node, ros, files):
     status, output = _run(start_node, ros, files['generic'], files['slow'],
                           '-p', 'wait_timeout:=3.0')
     assert status == trajectory_publisher.NO_CONTROLLER, output
     assert 'no control_msgs/action/FollowJointTrajectory action on the graph' in output
+
+
+def test_pick_action_prefers_the_profiles_controller_in_any_namespace():
+    scaled = '/ur/scaled_joint_trajectory_controller/follow_joint_trajectory'
+    found = ['/ur/joint_trajectory_controller/follow_joint_trajectory', scaled]
+    assert trajectory_action.pick_action(found, SCALED) == scaled
+    assert trajectory_action.pick_action(found[:1], SCALED) == found[0]
+    with pytest.raises(trajectory_action.ControllerChoiceError, match='none of'):
+        trajectory_action.pick_action(found, 'panda_arm_controller')
+    assert trajectory_action.action_name('/ur/arm/') == '/ur/arm/follow_joint_trajectory'
+
+
+def test_move_duration_keeps_half_the_speed_and_acceleration_limits():
+    # Peak speed 15/8 d / T and acceleration 10/sqrt(3) d / T^2 at half the limits.
+    assert trajectory_action.move_duration([0.0], [2.0], [1.0], [np.inf]) == pytest.approx(7.5)
+    assert trajectory_action.move_duration([0.0], [2.0], [10.0], [1.0]) == pytest.approx(
+        np.sqrt(40 / np.sqrt(3)))
+    assert trajectory_action.move_duration([0.0], [0.0], [1.0], [1.0]) == 1.0
 
 
 def test_error_code_names():
