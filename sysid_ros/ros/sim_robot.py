@@ -15,6 +15,20 @@ its parameters (`PARAMETERS`, all read-only: read once, at start):
   * services `~/pick_up_payload` and `~/drop_payload` (std_srvs/Trigger);
   * it follows each trajectory_msgs/JointTrajectory on `trajectory_topic` from its arrival.
 
+With `driver` (a `data.driver` profile, `io.drivers`) other than generic it stands in for that
+robot's driver, as the estimator meets it on a real robot:
+
+  * joint states on the profile's topic (franka: `/franka/joint_states`, plus the 30 Hz
+    republish on `/joint_states` that franka_bringup's joint_state_publisher makes, stamped on
+    receipt); with `effort_gains` the efforts are motor currents (torque / gain [A]), as the UR
+    driver's are;
+  * the profile's payload service with the vendor's interface (franka_msgs/srv/SetLoad,
+    ur_msgs/srv/SetPayload): it takes what it is handed and publishes it in `~/ground_truth`
+    (`handed_payload_mass`, `handed_payload_com`, in the profile's payload frame);
+  * the profile's trajectory controller's control_msgs/action/FollowJointTrajectory action:
+    each goal is followed from its arrival under computed-torque control (the rest pose until
+    the first), and succeeds when its last point's time has passed.
+
 Timing: a timer ticks every `B / publish_rate` seconds (B messages per tick, so that ticks
 stay at or below `MAX_TICK_RATE`) and steps the robot once (B samples). Stamps are
 `start + k / publish_rate` from the node clock; a late tick runs the missed ticks at once while
@@ -31,12 +45,14 @@ import pathlib
 import sys
 import time
 
+from control_msgs.action import FollowJointTrajectory
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 import jax
 import numpy as np
 from rcl_interfaces.msg import ParameterDescriptor
 import rclpy
+from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -46,12 +62,14 @@ from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
+from sysid_ros.io import drivers
 from sysid_ros.io.errors import InputError
 from sysid_ros.io.problem import build_problem
 from sysid_ros.io.simulated_robot import SimulatedRobot, SimulatedRobotSettings, Tick
-from sysid_ros.ros import messages, qos
-from sysid_ros.ros.interfaces import (create, Endpoint, NodeParameter, PUBLISHER, SERVICE,
-                                      SUBSCRIPTION)
+from sysid_ros.ros import coroutines, messages, qos
+from sysid_ros.ros.interfaces import (ACTION_SERVER, create, Endpoint, NodeParameter,
+                                      PUBLISHER, SERVICE, SUBSCRIPTION)
+from sysid_ros.ros.payload_action import service_type
 
 __all__ = ['NODE_NAME', 'ENDPOINTS', 'PARAMETERS', 'MAX_TICK_RATE', 'MAX_LAG', 'SimRobot',
            'main']
@@ -66,9 +84,11 @@ MAX_LAG = 0.5
 
 _RELIABLE = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 JOINT_STATES = Endpoint(
-    'joint_states', JointState, PUBLISHER,
-    'positions and velocities with Gaussian noise of std `noise` [rad, rad/s]; efforts: the '
-    'torque held from the stamp on, with noise of std `effort_noise` [N m]; at '
+    '{joint_states_topic}', JointState, PUBLISHER,
+    "joint_states, or with `driver` the profile's joint-state topic: positions and velocities "
+    'with Gaussian noise of std `noise` [rad, rad/s]; efforts: the '
+    'torque held from the stamp on, with noise of std `effort_noise` [N m] (divided by '
+    '`effort_gains` where given: currents [A]); at '
     '`publish_rate`; reliable, or best effort with '
     '`qos_overrides./joint_states.publisher.reliability:=best_effort` as drivers publish',
     _RELIABLE, QoSOverridingOptions.with_default_policies())
@@ -94,8 +114,20 @@ TRAJECTORY = Endpoint(
     '{trajectory_topic}', JointTrajectory, SUBSCRIPTION,
     "a trajectory to follow from its arrival under computed-torque control (the points' "
     'times from the header stamp); if `trajectory_topic` is set', 10)
+REPUBLISHED = Endpoint(
+    '{republished_topic}', JointState, PUBLISHER,
+    'driver franka: the latest joint state at `republish_rate`, stamped on publishing, as '
+    "franka_bringup's joint_state_publisher republishes it on /joint_states", _RELIABLE)
+PAYLOAD_SERVICE = Endpoint(
+    '{payload_service}', None, SERVICE,
+    "with `driver`: the profile's payload service, with the vendor's type (franka_msgs/srv/"
+    'SetLoad, ur_msgs/srv/SetPayload); what it is handed goes into ~/ground_truth')
+FOLLOW_TRAJECTORY = Endpoint(
+    '/{controller}/follow_joint_trajectory', FollowJointTrajectory, ACTION_SERVER,
+    "with `driver`: the profile's trajectory controller; each goal is followed from its "
+    'arrival and succeeds after its last point')
 ENDPOINTS = (JOINT_STATES, TORQUE_COMMANDS, MOCAP_POSE, GROUND_TRUTH, PICK_UP_PAYLOAD,
-             DROP_PAYLOAD, TRAJECTORY)
+             DROP_PAYLOAD, TRAJECTORY, REPUBLISHED, PAYLOAD_SERVICE, FOLLOW_TRAJECTORY)
 
 _SIM = {f.name: f.default for f in dataclasses.fields(SimulatedRobotSettings)}
 PARAMETERS = (
@@ -155,6 +187,13 @@ PARAMETERS = (
                   'messages are followed on arrival (empty: none)'),
     NodeParameter('tracking_frequency', _SIM['tracking_frequency'], 'natural frequency of '
                   'the computed-torque tracking [Hz]'),
+    NodeParameter('driver', 'generic', 'the driver profile (io.drivers) to stand in for: its '
+                  'topics, payload service and trajectory action (generic: joint_states only)'),
+    NodeParameter('effort_gains', [0.0], 'the true torque per unit of published effort [N m / '
+                  'A], one or one per joint; the efforts are torque / gain (one number 0 or '
+                  'empty: torques)'),
+    NodeParameter('republish_rate', 30.0, 'driver franka: rate of the /joint_states '
+                  'republish [Hz]'),
 )
 
 
@@ -208,7 +247,12 @@ class SimRobot(Node):
         p = self._declare_parameters()
         names = {f.name for f in dataclasses.fields(SimulatedRobotSettings)}
         values = {k: v for k, v in p.items() if k in names}
-        values.update(follows=bool(p['trajectory_topic']),
+        self.profile = drivers.DRIVERS.get(p['driver'])
+        if self.profile is None:
+            raise InputError(f'parameter driver: expected one of {", ".join(drivers.DRIVERS)}, '
+                             f'got {p["driver"]!r}')
+        stand_in = self.profile.name != 'generic'
+        values.update(follows=bool(p['trajectory_topic']) or stand_in,
                       payload_position=tuple(p['payload_position']) or None,
                       payload_inertia=tuple(p['payload_inertia']) or None)
         settings = SimulatedRobotSettings(**values)
@@ -220,7 +264,14 @@ class SimRobot(Node):
         self._published = 0
         self._overruns = 0
 
-        self._joint_pub = create(self, JOINT_STATES)
+        self._gains = (drivers.torque_gains(p['effort_gains'], robot.nv) if any(
+            p['effort_gains']) else np.ones(robot.nv))
+        self._joint_pub = create(self, JOINT_STATES, joint_states_topic=(
+            self.profile.joint_states_topic if stand_in else 'joint_states'))
+        self._latest: JointState | None = None
+        self._handed: dict[str, str] = {}
+        if stand_in:
+            self._stand_in(p['republish_rate'])
         self._command_pub = create(self, TORQUE_COMMANDS) if p['publish_commands'] else None
         self._pose_pub = (create(self, MOCAP_POSE, mocap_link=p['mocap_link'])
                           if robot.mocap_body is not None else None)
@@ -292,8 +343,10 @@ class SimRobot(Node):
         names = self.robot.model.joint_names
         for b, t in enumerate(tick.t):
             stamp = self._start + float(t)
-            self._joint_pub.publish(messages.arrays_to_joint_state(
-                stamp, names, tick.q[b], tick.qd[b], tick.effort[b], frame_id=self._frame_id))
+            self._latest = messages.arrays_to_joint_state(
+                stamp, names, tick.q[b], tick.qd[b], tick.effort[b] / self._gains,
+                frame_id=self._frame_id)
+            self._joint_pub.publish(self._latest)
             if self._command_pub is not None:
                 self._command_pub.publish(messages.array_to_torque_command(tick.command[b]))
             if self._pose_pub is not None:
@@ -315,6 +368,76 @@ class SimRobot(Node):
             self.get_logger().error(f'ignored a trajectory on {self._trajectory_topic}: {exc}')
             return
         self.get_logger().info(f'following {self.robot.reference}')
+
+    # ------------------------------------------------------------------------------------------
+    # Driver stand-in
+    # ------------------------------------------------------------------------------------------
+
+    def _stand_in(self, republish_rate: float) -> None:
+        """The profile's republish, payload service and trajectory action."""
+        profile, group = self.profile, ReentrantCallbackGroup()
+        for topic in profile.republished_topics:
+            publisher = create(self, REPUBLISHED, republished_topic=topic)
+            self.create_timer(1.0 / republish_rate, lambda pub=publisher: self._republish(pub))
+        if profile.payload_service:
+            self._payload_type = service_type(profile.payload_service_type)
+            create(self, PAYLOAD_SERVICE, self._on_payload, msg_type=self._payload_type,
+                   payload_service=profile.payload_service)
+        create(self, FOLLOW_TRAJECTORY, self._on_goal, callback_group=group,
+               controller=profile.trajectory_controller)
+        self._group = group
+
+    def _republish(self, publisher) -> None:
+        if self._latest is not None:
+            msg = self._latest
+            msg.header.stamp = self.get_clock().now().to_msg()
+            publisher.publish(msg)
+
+    def _on_payload(self, request, response):
+        fields = request.get_fields_and_field_types()
+        if 'payload' in fields:                                     # geometry_msgs/Inertia
+            mass, com = request.payload.m, request.payload.com
+            com = [com.x, com.y, com.z]
+        elif 'center_of_gravity' in fields:
+            mass, c = request.mass, request.center_of_gravity
+            com = [c.x, c.y, c.z]
+        else:
+            mass, com = request.mass, list(request.center_of_mass)
+        self._handed = {'handed_payload_mass': repr(float(mass)),
+                        'handed_payload_com': repr([float(c) for c in com])}
+        self._publish_truth()
+        self.get_logger().info(f'handed a payload of {mass:.4g} kg at '
+                               f'{self._handed["handed_payload_com"]} m through '
+                               f'{self.profile.payload_service}')
+        response.success = True
+        return response
+
+    async def _on_goal(self, goal_handle):
+        """Follow the goal's trajectory from now; succeed after its last point."""
+        trajectory = goal_handle.request.trajectory
+        result = FollowJointTrajectory.Result()
+        arrays = messages.trajectory_to_arrays(trajectory)
+        if len(arrays.t) == 0:
+            result.error_code = result.INVALID_GOAL
+            result.error_string = 'empty trajectory'
+            goal_handle.abort()
+            return result
+        qdd = arrays.qdd if arrays.qdd is not None else np.zeros_like(arrays.q)
+        t = arrays.t - messages.stamp_to_seconds(trajectory.header.stamp)
+        try:
+            self.robot.follow(arrays.names, t, arrays.q, arrays.qd, qdd)
+        except InputError as exc:
+            result.error_code = result.INVALID_JOINTS
+            result.error_string = str(exc)
+            goal_handle.abort()
+            return result
+        end = self.robot.time + float(t[-1])
+        self.get_logger().info(f'following {self.robot.reference} (action goal)')
+        while self.robot.time < end:
+            await coroutines.sleep(self, 0.1, self._group)
+        result.error_code = result.SUCCESSFUL
+        goal_handle.succeed()
+        return result
 
     # ------------------------------------------------------------------------------------------
     # Payload and ground truth
@@ -361,7 +484,7 @@ class SimRobot(Node):
         extra = {'payload_held': str(robot.payload_held),
                  'payload_mass': repr(float(robot.settings.payload_mass)),
                  'payload_link': robot.model.link_names[robot.payload_body],
-                 'seed': str(self.get_parameter('seed').value)}
+                 'seed': str(self.get_parameter('seed').value), **self._handed}
         status.values = ([KeyValue(key=k, value=repr(v)) for k, v in robot.truth().items()]
                          + [KeyValue(key=k, value=v) for k, v in extra.items()])
         msg = DiagnosticArray(status=[status])
