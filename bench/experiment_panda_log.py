@@ -10,9 +10,10 @@ everything from HELD_OUT_S on; neither estimate sees a held-out sample.
     training part.
   * Live: the training part written as a rosbag2 (`io.bag_writer`, as `sysid convert` does) on
     `/franka/joint_states`, played by `bag_player` (with /clock) into the `estimator`
-    lifecycle node on sim time, once the node is active, at RATE times real time: the pace
-    at which the node estimates on every window here (2-14 s of wall time per 1 s hop of
-    84 parameters on 2 shared cores; at real time it drops most of them). Its configuration is the
+    lifecycle node on sim time, once the node is active, at RATE times real time: a pace
+    at which the node estimates on every window but the one the slow first window passes
+    over (2-14 s of wall time per 1 s hop of 84 parameters on 2 shared cores; at real time
+    it drops most of them). Its configuration is the
     shipped one with `data.driver: franka` (the topic is the profile's) and the live
     settings of `config/panda_live.yaml` (its `estimator` and `online` sections and its data
     noise and torque-sample keys): CSVGD on the equation error, 2 s windows every 1 s. The
@@ -183,8 +184,9 @@ def panda_log_case(quick: bool, rate: float = RATE, out: str | None = None) -> d
         the same).
       rate: playback speed (1: real time; below 1 slower, so that an estimator that needs
         more than `online.hop` of wall time per window sees every window).
-      out: folder that keeps the bag, the live configuration, the node logs and the saved
-        posterior (default: a temporary folder, removed at the end).
+      out: folder, new or without a `train_bag`, that keeps the bag, the live
+        configuration, the node logs and the saved posterior (default: a temporary folder,
+        removed at the end).
 
     Returns:
       nrmse_live, nrmse_offline: held-out torque nRMSE [-] (mean over joints) of the last
