@@ -32,7 +32,8 @@ def particles(params, num, rng):
         damping=jnp.asarray(rng.uniform(0.0, 0.5, (num, nb))),
         coulomb=jnp.zeros((num, nb)),
         stribeck=jnp.zeros((num, nb, 2)),
-        offset=jnp.zeros((num, nb)))
+        offset=jnp.zeros((num, nb)),
+        gain=jnp.ones((num, nb)))
 
 
 def rollout_loss(model):

@@ -194,6 +194,7 @@ def from_pinocchio(pmodel: pin.Model, dtype=jnp.float64) -> tuple[RobotModel, Pa
         coulomb=jnp.asarray(pmodel.friction, dtype),
         stribeck=jnp.zeros((nv, 2), dtype),
         offset=jnp.zeros((nv,), dtype),
+        gain=jnp.ones((nv,), dtype),
     )
     return model, params
 

@@ -30,13 +30,14 @@ __all__ = ['torque_function', 'torque_nrmse', 'pooled_relative_error', 'TorqueSc
 @functools.lru_cache(maxsize=16)
 def torque_function(model, actuator: str) -> Callable:
     """Jitted `torques(params, q, qd, qdd) -> (N, nv)` [N m or N] of (N, nv) samples: RNEA
-    plus `actuator`'s friction and offsets (the torque the joints need for that motion); one
+    plus `actuator`'s friction and offsets, over the joint gains (the effort the joints need
+    for that motion); one
     compiled function per model and actuator."""
     actuator_fn = actuators.get_actuator(actuator)
 
     def one(params, q, qd, qdd):
-        friction_and_offset = -actuator_fn(model, params, q, qd, jnp.zeros_like(q))
-        return rigid_body.rnea(model, params, q, qd, qdd) + friction_and_offset
+        return actuators.command_for(model, params, q, qd,
+                                     rigid_body.rnea(model, params, q, qd, qdd), actuator_fn)
 
     return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0)))
 

@@ -27,6 +27,7 @@ ATTRIBUTE_UNITS: dict[str, tuple[str, str]] = {
     'stribeck.velocity': ('rad/s', 'm/s'),
     'armature': ('kg m^2', 'kg'),
     'offset': ('N m', 'N'),
+    'gain': ('-', '-'),
     'origin.x': _LENGTH, 'origin.y': _LENGTH, 'origin.z': _LENGTH,
     'origin.roll': _ANGLE, 'origin.pitch': _ANGLE, 'origin.yaw': _ANGLE,
 }

@@ -15,11 +15,14 @@ white box to black box, as in DiffNEA (Lutter et al. 2021, §3.4):
 | `nn_residual`     | v - d qd + NN(q, qd, v)                                           | no      |
 | `ff_nn`           | NN(q, qd, v)                                                      | no      |
 
-with v = u - o the net command, o = `params.offset` the constant torque that the joint's
-sensor or actuator adds to the command (signed; zero unless identified, as FloBaRoID does),
+with v = g u - o the net command, g = `params.gain` the torque per unit of command (1 unless
+identified: an effort read through gains known to a few percent), o = `params.offset` the
+constant torque that the joint's sensor or actuator adds to the command (signed; zero unless
+identified, as FloBaRoID does),
 d = `params.damping`, c = `params.coulomb`, [fs, vs] = `params.stribeck`, [a; b] a network
 output and sgn the smooth sign `tanh(qd / eps)`. All products are elementwise, per joint.
-Inverse dynamics with an additive model is therefore u = rnea(q, qd, qdd) + friction + o.
+Inverse dynamics with an additive model is therefore u = (rnea(q, qd, qdd) + friction + o) / g
+(`command_for`).
 
 Passivity: with u = 0 and o = 0 a passive model's friction torque tau_f satisfies
 qd . tau_f <= 0, so the mechanical energy E (whose rate is dE/dt = qd . tau) never increases.
@@ -53,6 +56,12 @@ def smooth_sign(qd, eps=DEFAULT_EPS):
     return jnp.tanh(qd / eps)
 
 
+def command_for(model: RobotModel, params: Params, q, qd, applied, actuator_fn):
+    """The command u (nv,) under which the additive actuator `actuator_fn` applies the joint
+    torques `applied` (nv,) [N m, N] at (q, qd): u = (applied - actuator(q, qd, 0)) / gain."""
+    return (applied - actuator_fn(model, params, q, qd, jnp.zeros_like(q))) / params.gain
+
+
 def joint_features(model: RobotModel, q):
     """Network input features of the joint positions (nv,) -> (nf,).
 
@@ -81,11 +90,11 @@ def _stribeck_bump(qd, vs):
 
 
 def ideal(model: RobotModel, params: Params, q, qd, u):
-    """Ideal actuator: the joints receive the net command, tau = u - offset.
+    """Ideal actuator: the joints receive the net command, tau = gain u - offset.
 
     Args:
       model: static tree.
-      params: physical parameters (`offset` only).
+      params: physical parameters (`gain` and `offset` only).
       q, qd: (nv,) joint positions [rad, m] and velocities [rad/s, m/s].
       u: (nv,) commanded joint torques/forces [N m, N].
 
@@ -93,17 +102,17 @@ def ideal(model: RobotModel, params: Params, q, qd, u):
       (nv,) torques/forces applied at the joints [N m, N].
     """
     del model, q, qd
-    return u - params.offset
+    return params.gain * u - params.offset
 
 
 def viscous(model: RobotModel, params: Params, q, qd, u):
-    """Viscous friction, tau = u - offset - damping * qd (arguments as in `ideal`)."""
+    """Viscous friction, tau = gain u - offset - damping * qd (arguments as in `ideal`)."""
     del model, q
-    return u - params.offset - params.damping * qd
+    return params.gain * u - params.offset - params.damping * qd
 
 
 def coulomb_viscous(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS):
-    """Coulomb and viscous friction, tau = u - offset - damping qd - coulomb tanh(qd / eps).
+    """Coulomb and viscous friction, tau = gain u - offset - damping qd - coulomb tanh(qd / eps).
 
     Args:
       model: static tree.
@@ -114,13 +123,14 @@ def coulomb_viscous(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_
       eps: velocity scale of the smooth sign [rad/s or m/s], see `DEFAULT_EPS`.
     """
     del model, q
-    return u - params.offset - params.damping * qd - params.coulomb * smooth_sign(qd, eps)
+    return (params.gain * u - params.offset - params.damping * qd
+            - params.coulomb * smooth_sign(qd, eps))
 
 
 def stribeck(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS):
     """Stribeck friction: a static torque that falls to the Coulomb level as speed grows.
 
-    tau = u - offset - damping qd - (coulomb + fs exp(-(qd / vs)^2)) tanh(qd / eps), with the
+    tau = gain u - offset - damping qd - (coulomb + fs exp(-(qd / vs)^2)) tanh(qd / eps), with the
     excess static torque fs = stribeck[:, 0] [N m, N] and the Stribeck velocity
     vs = stribeck[:, 1] [rad/s, m/s]; a joint with vs = 0 has no Stribeck term.
 
@@ -135,7 +145,7 @@ def stribeck(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS):
     del model, q
     fs, vs = params.stribeck[:, 0], params.stribeck[:, 1]
     breakaway = params.coulomb + fs * _stribeck_bump(qd, vs)
-    return u - params.offset - params.damping * qd - breakaway * smooth_sign(qd, eps)
+    return params.gain * u - params.offset - params.damping * qd - breakaway * smooth_sign(qd, eps)
 
 
 def nn_friction(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS):
@@ -144,7 +154,7 @@ def nn_friction(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS)
     A network maps `(joint_features(q), qd)` to `[a; b]` (2 nv,), and
 
       tau_f = -softplus(a) * qd - softplus(b) * tanh(qd / eps),
-      tau = u - offset - damping * qd + tau_f,
+      tau = gain u - offset - damping * qd + tau_f,
 
     a configuration- and speed-dependent viscous gain and Coulomb level. DiffNEA's
     NN-Friction (Lutter et al. 2021) learns a non-negative, state-dependent friction
@@ -169,27 +179,27 @@ def nn_friction(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS)
     out = networks.mlp(params.network, jnp.concatenate([joint_features(model, q), qd]))
     gain, level = jax.nn.softplus(out[:nv]), jax.nn.softplus(out[nv:])
     friction = -gain * qd - level * smooth_sign(qd, eps)
-    return u - params.offset - params.damping * qd + friction
+    return params.gain * u - params.offset - params.damping * qd + friction
 
 
 def nn_residual(model: RobotModel, params: Params, q, qd, u):
     """Viscous friction plus an unconstrained network residual, tau = v - d qd + NN(q, qd, v)
-    with v = u - offset.
+    with v = gain u - offset.
 
     Not passive: the residual can inject energy. Arguments as in `ideal`; weights from
     `init_network(key, model, 'nn_residual')`.
     """
-    net = u - params.offset
+    net = params.gain * u - params.offset
     x = jnp.concatenate([joint_features(model, q), qd, net])
     return net - params.damping * qd + networks.mlp(params.network, x)
 
 
 def ff_nn(model: RobotModel, params: Params, q, qd, u):
-    """Black-box actuator, tau = NN(q, qd, u - offset) (not passive).
+    """Black-box actuator, tau = NN(q, qd, gain u - offset) (not passive).
 
     Arguments as in `ideal`; weights from `init_network(key, model, 'ff_nn')`.
     """
-    x = jnp.concatenate([joint_features(model, q), qd, u - params.offset])
+    x = jnp.concatenate([joint_features(model, q), qd, params.gain * u - params.offset])
     return networks.mlp(params.network, x)
 
 

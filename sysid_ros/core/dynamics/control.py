@@ -27,7 +27,7 @@ ADDITIVE_ACTUATORS = ('ideal', 'viscous', 'coulomb_viscous', 'stribeck', 'nn_fri
 
 def command_torque(model: RobotModel, params: Params, q, qd, qdd, actuator='viscous'):
     """Command that makes the joints move with (q, qd, qdd): inverse dynamics plus friction
-    and offset, u = rnea(q, qd, qdd) - actuator(q, qd, 0).
+    and offset over the gain, u = (rnea(q, qd, qdd) - actuator(q, qd, 0)) / gain.
 
     Args:
       model: static tree.
@@ -44,8 +44,8 @@ def command_torque(model: RobotModel, params: Params, q, qd, qdd, actuator='visc
     if actuator not in ADDITIVE_ACTUATORS:
         raise ValueError(f'command_torque: expected an actuator of {ADDITIVE_ACTUATORS}, '
                          f'got {actuator!r}')
-    applied_at_zero = actuators.get_actuator(actuator)(model, params, q, qd, jnp.zeros_like(q))
-    return rigid_body.rnea(model, params, q, qd, qdd) - applied_at_zero
+    return actuators.command_for(model, params, q, qd, rigid_body.rnea(model, params, q, qd, qdd),
+                                 actuators.get_actuator(actuator))
 
 
 def computed_torque(model: RobotModel, params: Params, q, qd, q_ref, qd_ref, qdd_ref,

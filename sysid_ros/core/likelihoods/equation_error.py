@@ -285,13 +285,14 @@ def make_torque_data(setting: EquationErrorLikelihood, q, qd, qdd, tau, tau_rate
 
 def torque_residuals(setting: EquationErrorLikelihood, params: Params, data: TorqueData
                      ) -> jax.Array:
-    """(K, N, nv) residuals tau - RNEA(q, qd, qdd) - f(q, qd) [N m, N] (module doc)."""
+    """(K, N, nv) residuals tau - (RNEA(q, qd, qdd) + f(q, qd)) / gain [N m, N] (module
+    doc)."""
     actuator_fn = actuators.get_actuator(setting.actuator)
     model = setting.model
 
     def command(q, qd, qdd):
-        friction = -actuator_fn(model, params, q, qd, jnp.zeros_like(q))
-        return rigid_body.rnea(model, params, q, qd, qdd) + friction
+        return actuators.command_for(model, params, q, qd,
+                                     rigid_body.rnea(model, params, q, qd, qdd), actuator_fn)
 
     nv = model.nv
     flat = [a.reshape(-1, nv) for a in (data.q, data.qd, data.qdd)]

@@ -55,6 +55,7 @@ def _assemble(name, parents, types, axes, placements, inertials, damping, dtype,
         coulomb=jnp.zeros((nb,), dtype),
         stribeck=jnp.zeros((nb, 2), dtype),
         offset=jnp.zeros((nb,), dtype),
+        gain=jnp.ones((nb,), dtype),
     )
     return model, params
 

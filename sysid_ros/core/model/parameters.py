@@ -11,7 +11,8 @@ Attributes of a link (the URDF child link of a joint; body frame = joint frame):
 Attributes of a joint:
   `damping` [N m s/rad or N s/m]; `coulomb` [N m or N]; `stribeck.torque` [N m or N];
   `stribeck.velocity` [rad/s or m/s]; `armature` [kg m^2 or kg]; `offset` [N m or N], a
-  signed constant torque the joint's sensor or actuator adds (`Params.offset`); `origin.x|y|z`
+  signed constant torque the joint's sensor or actuator adds (`Params.offset`); `gain` [-],
+  the torque the joint receives per unit of effort (`Params.gain`); `origin.x|y|z`
   [m] and `origin.roll|pitch|yaw` [rad], the joint placement in the parent frame
   (`Params.placement`).
 Attributes of the payload (`Payload`: a point mass a body holds, e.g. a tool or a picked-up
@@ -51,25 +52,26 @@ INERTIA_ATTRIBUTES = ('inertia.ixx', 'inertia.ixy', 'inertia.ixz',
                       'inertia.iyy', 'inertia.iyz', 'inertia.izz')
 LINK_ATTRIBUTES = ('mass', 'com.x', 'com.y', 'com.z') + INERTIA_ATTRIBUTES
 JOINT_ATTRIBUTES = ('damping', 'coulomb', 'stribeck.torque', 'stribeck.velocity', 'armature',
-                    'offset', 'origin.x', 'origin.y', 'origin.z',
+                    'offset', 'gain', 'origin.x', 'origin.y', 'origin.z',
                     'origin.roll', 'origin.pitch', 'origin.yaw')
 ATTRIBUTES = LINK_ATTRIBUTES + JOINT_ATTRIBUTES
 # Quantities that cannot be negative (diagonal entries of a positive semi-definite inertia too).
 NONNEGATIVE_ATTRIBUTES = frozenset(
     ('mass', 'inertia.ixx', 'inertia.iyy', 'inertia.izz',
-     'damping', 'coulomb', 'stribeck.torque', 'stribeck.velocity', 'armature'))
+     'damping', 'coulomb', 'stribeck.torque', 'stribeck.velocity', 'armature', 'gain'))
 
 PAYLOAD = 'payload'                  # object name of the payload's parameters
 PAYLOAD_ATTRIBUTES = ('mass', 'com.x', 'com.y', 'com.z')
 _PAYLOAD_BODY = -1                   # `ParameterSpec.bodies` entry of a payload parameter
 
-# Column of each attribute in the per-body table built by `_table` (nb, 22).
+# Column of each attribute in the per-body table built by `_table` (nb, 23).
 _COLUMN = {a: i for i, a in enumerate(ATTRIBUTES)}
 _NUM_LINK_COLUMNS = len(LINK_ATTRIBUTES)
 _INERTIA_COLUMNS = tuple(_COLUMN[a] for a in INERTIA_ATTRIBUTES)
 # Params field written from each joint column.
 _JOINT_FIELD = {'damping': 'damping', 'coulomb': 'coulomb', 'stribeck.torque': 'stribeck',
-                'stribeck.velocity': 'stribeck', 'armature': 'armature', 'offset': 'offset'}
+                'stribeck.velocity': 'stribeck', 'armature': 'armature', 'offset': 'offset',
+                'gain': 'gain'}
 _JOINT_FIELD.update({a: 'placement' for a in JOINT_ATTRIBUTES if a.startswith('origin.')})
 
 # Elementwise bijections R -> (lo, hi), chosen per parameter from its bounds.
@@ -93,12 +95,12 @@ def split_name(name: str) -> tuple[str, str]:
 
 
 def _table(params: Params) -> jax.Array:
-    """Params -> (nb, 22) physical value of every attribute of every body, in ATTRIBUTES order."""
+    """Params -> (nb, 23) physical value of every attribute of every body, in ATTRIBUTES order."""
     mass, com, inertia_c = inertia.physical_from_inertial(params.inertial)
     columns = [mass, com[:, 0], com[:, 1], com[:, 2]]
     columns += [inertia_c[:, i, j] for i, j in ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))]
     columns += [params.damping, params.coulomb, params.stribeck[:, 0], params.stribeck[:, 1],
-                params.armature, params.offset]
+                params.armature, params.offset, params.gain]
     columns += [params.placement[:, k] for k in range(6)]
     dtype = jnp.result_type(*columns)
     return jnp.stack([c.astype(dtype) for c in columns], axis=-1)
@@ -328,6 +330,7 @@ class ParameterSpec:
             'coulomb': table[:, _COLUMN['coulomb']],
             'armature': table[:, _COLUMN['armature']],
             'offset': table[:, _COLUMN['offset']],
+            'gain': table[:, _COLUMN['gain']],
             'stribeck': table[:, _COLUMN['stribeck.torque']:_COLUMN['stribeck.velocity'] + 1],
             'placement': table[:, _COLUMN['origin.x']:_COLUMN['origin.yaw'] + 1],
         }

@@ -89,7 +89,10 @@ class Params:
       coulomb: (nb,) Coulomb friction torque [N m or N].
       stribeck: (nb, 2) Stribeck excess static torque [N m] and Stribeck velocity [rad/s].
       offset: (nb,) constant torque that the joint's sensor or actuator adds to the
-        commanded torque [N m or N] (signed): tau_cmd = rnea + friction + offset.
+        commanded torque [N m or N] (signed): gain tau_cmd = rnea + friction + offset.
+      gain: (nb,) torque the joint receives per unit of command or measured effort [-]
+        (1: the effort is the torque; an effort read through gains known to a few percent
+        identifies the rest).
       network: weights of a neural actuator model (a pytree; empty tuple when unused).
     """
 
@@ -100,6 +103,7 @@ class Params:
     coulomb: jax.Array
     stribeck: jax.Array
     offset: jax.Array
+    gain: jax.Array
     network: Any = ()
 
     @staticmethod
@@ -108,4 +112,4 @@ class Params:
         z = jnp.zeros((nb,), dtype)
         return Params(inertial=jnp.zeros((nb, 10), dtype), placement=jnp.zeros((nb, 6), dtype),
                       armature=z, damping=z, coulomb=z, stribeck=jnp.zeros((nb, 2), dtype),
-                      offset=z)
+                      offset=z, gain=jnp.ones((nb,), dtype))

@@ -156,6 +156,27 @@ def test_inverse_dynamics_with_offset_inverts_forward_dynamics(system):
         rtol=1e-12)
 
 
+@pytest.mark.parametrize('name', PASSIVE)
+def test_gain_scales_the_command_and_command_for_inverts_it(system, name):
+    """Every additive model applies gain * u: forward dynamics with gains g and command u equal
+    those with gain 1 and command g u; `command_for` is the command under which the model
+    applies a given torque, and drives the forward dynamics to the qdd it came from."""
+    model, params, x0 = system
+    params = _params_for(model, params, name)
+    gain = jnp.array([1.04, 0.97])
+    scaled = dataclasses.replace(params, gain=gain, offset=jnp.array([0.8, -0.35]))
+    q, qd, qdd = x0[:2], x0[2:], jnp.array([1.5, -2.0])
+    accel = jax.jit(functools.partial(integrators.forward_dynamics, model, actuator=name))
+    u = jnp.array([0.3, -0.6])
+    np.testing.assert_allclose(accel(scaled, q, qd, u),
+                               accel(dataclasses.replace(scaled, gain=jnp.ones(2)), q, qd,
+                                     gain * u), rtol=1e-13)
+    command = actuators.command_for(model, scaled, q, qd, rigid_body.rnea(model, scaled, q, qd,
+                                                                          qdd),
+                                    actuators.get_actuator(name))
+    np.testing.assert_allclose(accel(scaled, q, qd, command), qdd, rtol=1e-10, atol=1e-10)
+
+
 def test_stribeck_gradients_finite_at_zero_stribeck_velocity(system):
     model, params, _ = system
     zero = dataclasses.replace(params, stribeck=jnp.zeros((2, 2)))

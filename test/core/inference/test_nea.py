@@ -177,9 +177,12 @@ def test_consistent_ls_fixes_an_inconsistent_nea_solution():
     assert loss(state.theta[0]) > 10.0 * loss(truth_theta)          # the projection alone
 
 
-def test_nea_rejects_kinematics_and_non_additive_actuators():
+def test_nea_rejects_kinematics_gains_and_non_additive_actuators():
     spec = parameters.make_parameter_spec(MODEL, {'joint2.origin.z': (-2.0, 0.0)})
     with pytest.raises(ValueError, match='joint2.origin.z'):
+        nea.build_kernel(MODEL, NOMINAL, spec)
+    spec = parameters.make_parameter_spec(MODEL, {'joint1.gain': (0.9, 1.1)})
+    with pytest.raises(ValueError, match='joint1.gain: a joint gain scales'):
         nea.build_kernel(MODEL, NOMINAL, spec)
     with pytest.raises(ValueError, match='not additive'):
         nea.build_kernel(MODEL, NOMINAL, SPEC, actuator='ff_nn')

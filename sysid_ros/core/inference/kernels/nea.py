@@ -112,6 +112,10 @@ def _check_regression(spec, actuator, method: str) -> None:
     if origins:
         raise ValueError(f'{method}: {origins[0]}: NEA needs known kinematics (joint origins); '
                          'use method diffnea to identify them')
+    gains = [n for n, a in zip(spec.names, spec.attributes) if a == 'gain']
+    if gains:
+        raise ValueError(f'{method}: {gains[0]}: a joint gain scales every other term of the '
+                         'regression (not linear); use method diffnea or lm to identify it')
     if not callable(actuator) and actuator not in ADDITIVE_ACTUATORS:
         raise ValueError(f'{method}: actuator {actuator!r} is not additive; expected one of '
                          f'{sorted(ADDITIVE_ACTUATORS)}')
@@ -130,7 +134,7 @@ def _params_residual(model: RobotModel, actuator) -> Callable:
             friction_and_offset = -actuator_fn(model, params, q, qd, jnp.zeros_like(q))
             return params.armature * qdd + friction_and_offset
 
-        predicted = rigid + jax.vmap(extra)(data.q, data.qd, data.qdd)
+        predicted = (rigid + jax.vmap(extra)(data.q, data.qd, data.qdd)) / params.gain
         return ((data.tau - predicted) / data.torque_scale).reshape(-1)
 
     return residual
@@ -186,8 +190,8 @@ def build_kernel(model: RobotModel, base_params: Params, spec: parameters.Parame
       model: static tree.
       base_params: Params supplying every value not in the spec (and the kinematics).
       spec: the free parameters: link inertials (mass, com, inertia), damping, coulomb,
-        stribeck.*, armature, offset. Joint origins are not allowed (NEA assumes known
-        kinematics).
+        stribeck.*, armature, offset. Joint origins (NEA assumes known kinematics) and
+        gains (they scale the other terms) are not allowed.
       actuator: actuator model with additive friction (`ADDITIVE_ACTUATORS`) or a callable.
       rcond: relative cut-off of small singular values in `lstsq` (minimum-norm solution).
       num_bisection: bisection steps of the consistency projection.
@@ -197,7 +201,7 @@ def build_kernel(model: RobotModel, base_params: Params, spec: parameters.Parame
       `step(state, RegressorData) -> (NEAState, NEAInfo)`.
 
     Raises:
-      ValueError: a joint origin in the spec, or a non-additive actuator model.
+      ValueError: a joint origin or gain in the spec, or a non-additive actuator model.
     """
     _check_regression(spec, actuator, 'nea')
     residual = _theta_residual(model, base_params, spec, actuator)
