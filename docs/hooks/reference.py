@@ -328,7 +328,9 @@ def ros_interfaces_markdown() -> str:
     titles = {interfaces.PUBLISHER: ('Publishes', 'topic'),
               interfaces.SUBSCRIPTION: ('Subscribes', 'topic'),
               interfaces.SERVICE: ('Services', 'service'),
-              interfaces.CLIENT: ('Service clients', 'service')}
+              interfaces.CLIENT: ('Service clients', 'service'),
+              interfaces.ACTION_SERVER: ('Actions', 'action'),
+              interfaces.ACTION_CLIENT: ('Action clients', 'action')}
     names = executables()
     lines = []
     for module in node_modules():
