@@ -266,6 +266,8 @@ class SimRobot(Node):
 
         self._gains = (drivers.torque_gains(p['effort_gains'], robot.nv) if any(
             p['effort_gains']) else np.ones(robot.nv))
+        self._given_gains = drivers.torque_gains(robot.problem.config.data.torque_gains,
+                                                 robot.nv)
         self._joint_pub = create(self, JOINT_STATES, joint_states_topic=(
             self.profile.joint_states_topic if stand_in else 'joint_states'))
         self._latest: JointState | None = None
@@ -470,7 +472,20 @@ class SimRobot(Node):
         return response
 
     def _truth_text(self) -> str:
-        return ', '.join(f'{k} = {v:.4g}' for k, v in self.robot.truth().items())
+        return ', '.join(f'{k} = {v:.4g}' for k, v in self.truth().items())
+
+    def truth(self) -> dict[str, float]:
+        """The simulation's ground truth, each configured `<joint>.gain` being the torque per
+        unit of the effort the estimator reads: the hidden `effort_gains` over the
+        configuration's `data.torque_gains`."""
+        values = self.robot.truth()
+        joints = self.robot.model.joint_names
+        for name in values:
+            joint, attribute = name.rsplit('.', 1)
+            if attribute == 'gain':
+                values[name] = float(self._gains[joints.index(joint)]
+                                     / self._given_gains[joints.index(joint)])
+        return values
 
     def _publish_truth(self) -> None:
         robot = self.robot
@@ -485,7 +500,7 @@ class SimRobot(Node):
                  'payload_mass': repr(float(robot.settings.payload_mass)),
                  'payload_link': robot.model.link_names[robot.payload_body],
                  'seed': str(self.get_parameter('seed').value), **self._handed}
-        status.values = ([KeyValue(key=k, value=repr(v)) for k, v in robot.truth().items()]
+        status.values = ([KeyValue(key=k, value=repr(v)) for k, v in self.truth().items()]
                          + [KeyValue(key=k, value=v) for k, v in extra.items()])
         msg = DiagnosticArray(status=[status])
         msg.header.stamp = self.get_clock().now().to_msg()
