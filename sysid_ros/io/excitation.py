@@ -425,11 +425,13 @@ def load_joint_trajectory(path: str | os.PathLike) -> JointTrajectoryData:
 
 
 def limit_violations(problem: Problem, trajectory: JointTrajectoryData,
-                     prior: str | None = None) -> list[str]:
+                     prior: str | None = None, positions_from: float = -np.inf) -> list[str]:
     """Every limit of `excitation_limits` that the trajectory breaks, checked at its points
     with the commands (friction included) at the design point (`design_point`: the model
     `sysid excite` designs with); one line per joint and limit naming the first time, the
-    largest value and the limit. Empty: all hold.
+    largest value and the limit. Empty: all hold. Positions count from `positions_from` [s]
+    on: before it a move from a robot's state at rest near a limit goes into the range,
+    which the caller checks.
 
     Raises:
       InputError: joints that do not match the configured ones.
@@ -451,7 +453,9 @@ def limit_violations(problem: Problem, trajectory: JointTrajectoryData,
               'effort': np.asarray(limits.u_max)}
     lines = []
     for kind, ratio in zip(limits_lib.Usage._fields, use):
-        ratio = np.asarray(ratio)
+        ratio = np.array(ratio)
+        if kind == 'position':
+            ratio[np.asarray(trajectory.t) < positions_from] = 0.0
         for j, joint in enumerate(model.joint_names):
             over = np.nonzero(ratio[:, j] > 1.0 + USE_TOLERANCE)[0]
             if len(over):

@@ -17,8 +17,9 @@ In order, each step ending the run with its exit status when it fails:
    duration. A trajectory that does not start at rest is refused (REFUSED).
 3. The limit check of the whole goal (`io.excitation.limit_violations`, times from the
    goal's start): the URDF's (or the configuration's `excitation` section's) position range
-   less `excitation.position_margin`, speed, acceleration and effort, the effort through the
-   configured model at its design point (friction included). A violation is logged, one
+   less `excitation.position_margin` (from the end of the move on: the move runs from the
+   checked current state to the first point), speed, acceleration and effort, the effort
+   through the configured model at its design point (friction included). A violation is logged, one
    line per joint and limit, and nothing is sent (REFUSED).
 4. The controller: `/<controller>/follow_joint_trajectory`; with `controller` empty, the
    FollowJointTrajectory actions on the graph, found within `wait_timeout`: the only one,
@@ -219,8 +220,10 @@ class TrajectoryPublisher(Node):
             limits = excitation.excitation_limits(problem)
             sent, move = trajectory_action.with_move(
                 traj, q0, np.asarray(limits.qd_max)[order], np.asarray(limits.qdd_max)[order])
+            # The move starts where the robot rests (checked above) and ends at the first
+            # point: its positions lie between the two.
             refusals = [f'goal: {line}' for line in excitation.limit_violations(
-                problem, sent, self._value['prior'] or None)]
+                problem, sent, self._value['prior'] or None, positions_from=move)]
             if refusals:
                 refusals.append(f'goal: times from its start; the move from the current '
                                 f'state takes the first {move:.2f} s')

@@ -79,6 +79,23 @@ def test_limit_violations_name_the_joint_and_the_limit(excited):
     assert any(line.startswith('joint') and 'velocity' in line for line in lines)
 
 
+def test_positions_count_from_the_given_time():
+    """A move that starts outside the position margin (an arm at rest near a limit) is not
+    refused for it where positions count from its end; it is where they count from 0."""
+    problem = pipeline.build_problem(config_io.load_yaml(os.path.join(
+        os.path.dirname(__file__), '..', '..', 'config', 'panda_live.yaml')))
+    limits = excitation.excitation_limits(problem)
+    middle = 0.5 * (np.asarray(limits.q_min) + np.asarray(limits.q_max))
+    q = np.tile(middle, (3, 1))
+    q[0, 5] = limits.q_min[5] - 0.05               # joint 6 below its margin at the start
+    zero = np.zeros_like(q)
+    moved = excitation.JointTrajectoryData(problem.model.joint_names, np.array([0.0, 1.0, 2.0]),
+                                           q, zero, zero)
+    assert any(line.startswith('panda_joint6: position')
+               for line in excitation.limit_violations(problem, moved))
+    assert excitation.limit_violations(problem, moved, positions_from=0.5) == []
+
+
 def test_prior_from_an_estimate_targets_what_is_uncertain(excited, tmp_path):
     config, out, _ = excited
     with open(os.path.join(out, 'excitation.yaml'), encoding='utf-8') as f:
