@@ -179,8 +179,8 @@ def robot_case(robot: Robot, seed: int, work: pathlib.Path, trajectory: str) -> 
         given = np.asarray(cfg.data.torque_gains, dtype=float)
         true = given * (1.0 + rng.uniform(-GAIN_TOLERANCE, GAIN_TOLERANCE, given.shape))
         args += ['-p', f'effort_gains:={true.tolist()}']
-    sim = _start('sysid_ros.ros.sim_robot', args, work / f'{robot.name}_sim.log')
     bench = Bench(robot.urdf() if robot.from_description else None)
+    sim = _start('sysid_ros.ros.sim_robot', args, work / f'{robot.name}_sim.log')
     estimator_args = ['--params-file', config]
     if robot.from_description:
         estimator_args = ['--params-file', robot.write_config(work, model=False),

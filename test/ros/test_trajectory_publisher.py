@@ -6,6 +6,7 @@ the driver profile's controller is picked among two; the move starts at the curr
 a trajectory beyond a limit is refused before anything is sent."""
 
 import signal
+import time
 
 from control_msgs.action import FollowJointTrajectory
 import numpy as np
@@ -21,6 +22,7 @@ from sysid_ros.ros import messages, trajectory_action, trajectory_publisher
 START_TIMEOUT = 90.0                            # [s] imports and compilation on a busy machine
 AMPLITUDE = 0.4                                 # [rad] of the trajectory's first joint
 DURATION = 2.0                                  # [s]
+FEEDBACK_LEAD = 1.0                             # [s] the stand-in's feedback before its result
 CURRENT = (0.05, -0.1)                          # [rad] the stand-in's joint positions
 JTC = 'joint_trajectory_controller'
 SCALED = 'scaled_joint_trajectory_controller'
@@ -107,6 +109,8 @@ class StandInController:
         for point in points[::len(points) // 4]:
             feedback.desired = point
             goal_handle.publish_feedback(feedback)
+        # A controller runs the trajectory before it answers: its feedback comes first.
+        time.sleep(FEEDBACK_LEAD)
         if self.mode == 'hold':
             self._released = Future()
             await self._released
