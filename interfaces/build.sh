@@ -10,7 +10,7 @@ here=$(dirname "$(realpath "${BASH_SOURCE[0]}")")
 build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
 export PATH="$prefix/bin:$PATH" AMENT_PREFIX_PATH="$prefix" CMAKE_PREFIX_PATH="$prefix"
-command -v cmake >/dev/null || { echo "error: building the interfaces needs cmake (apt install cmake)" >&2; exit 1; }
+command -v cmake >/dev/null || { echo "error: building the interfaces needs cmake (pip install cmake)" >&2; exit 1; }
 for package in upstream/control_msgs upstream/franka_msgs upstream/ur_msgs sysid_ros_interfaces; do
     name=$(basename "$package")
     echo "interfaces: $name"
