@@ -95,6 +95,7 @@ bench: .venv
 # argument stands in for rosidl_core_generators, which PyPI's wheels lack (interfaces/cmake/).
 colcon: .venv
 	rm -rf $(COLCON_DIR)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH \
 	CMAKE_PREFIX_PATH=$(CURDIR)/$(VENV) AMENT_PREFIX_PATH=$(CURDIR)/$(VENV) \
 	$(VENV)/bin/colcon --log-base $(COLCON_DIR)/log build \
 	    --base-paths . interfaces/sysid_ros_interfaces \

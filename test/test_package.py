@@ -154,9 +154,11 @@ def _colcon():
 @pytest.mark.skipif(_colcon() is None, reason='colcon is not installed')
 def test_colcon_build_installs_package(tmp_path):
     # As `make colcon`: the package and its interfaces, against the prefix of this interpreter.
-    prefix_of_python = str(pathlib.Path(sys.executable).parent.parent)
+    bin_dir = pathlib.Path(sys.executable).parent          # cmake comes from PyPI there
+    prefix_of_python = str(bin_dir.parent)
     env = dict(os.environ, COLCON_HOME=str(tmp_path / 'colcon_home'),  # ignore user defaults
-               CMAKE_PREFIX_PATH=prefix_of_python, AMENT_PREFIX_PATH=prefix_of_python)
+               CMAKE_PREFIX_PATH=prefix_of_python, AMENT_PREFIX_PATH=prefix_of_python,
+               PATH=os.pathsep.join([str(bin_dir), os.environ.get('PATH', '')]))
     result = subprocess.run(
         [_colcon(), '--log-base', str(tmp_path / 'log'), 'build',
          '--base-paths', str(REPO_ROOT), str(REPO_ROOT / 'interfaces' / INTERFACES),
