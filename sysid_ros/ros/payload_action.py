@@ -38,7 +38,7 @@ from sysid_ros.ros.interfaces import (ACTION_SERVER, CLIENT, create, Endpoint, N
                                       SERVICE)
 
 __all__ = ['PARAMETERS', 'IDENTIFY', 'RESTORE', 'SET_PAYLOAD', 'service_type',
-           'payload_request', 'PayloadAction']
+           'payload_request', 'handed_payload', 'PayloadAction']
 
 PARAMETERS = (
     NodeParameter('payload_max_mass_std', 0.05, 'the identify_payload gate: largest mass '
@@ -83,6 +83,23 @@ def service_type(name: str) -> type:
                           "robot driver's interfaces)") from exc
 
 
+# The payload layouts of the robots' services, told apart by their request fields.
+_SET_LOAD, _UR_GRAVITY, _UR_INERTIA = 'set_load', 'ur_gravity', 'ur_inertia'
+
+
+def _layout(request) -> str | None:
+    """_SET_LOAD (franka_msgs SetLoad), _UR_GRAVITY (ur_msgs SetPayload up to 2.0: mass and
+    centre of gravity), _UR_INERTIA (newer ur_msgs: a geometry_msgs/Inertia), or None."""
+    fields = request.get_fields_and_field_types()
+    if {'mass', 'center_of_mass', 'load_inertia'} <= set(fields):
+        return _SET_LOAD
+    if {'mass', 'center_of_gravity'} <= set(fields):
+        return _UR_GRAVITY
+    if fields.get('payload') == 'geometry_msgs/Inertia':
+        return _UR_INERTIA
+    return None
+
+
 def payload_request(srv: type, payload: HeldPayload):
     """The request of `srv` (franka_msgs SetLoad, or ur_msgs SetPayload in either layout)
     that hands `payload` (in the robot's payload frame) to the robot.
@@ -91,16 +108,16 @@ def payload_request(srv: type, payload: HeldPayload):
       TypeError: a service whose request has none of those layouts.
     """
     request = srv.Request()
-    fields = request.get_fields_and_field_types()
+    layout = _layout(request)
     com = [float(c) for c in payload.com]
-    if {'mass', 'center_of_mass', 'load_inertia'} <= set(fields):          # SetLoad
+    if layout == _SET_LOAD:
         request.mass = float(payload.mass)
         request.center_of_mass = com
         request.load_inertia = [float(v) for v in np.asarray(payload.inertia).T.ravel()]
-    elif {'mass', 'center_of_gravity'} <= set(fields):                     # ur_msgs <= 2.0
+    elif layout == _UR_GRAVITY:
         request.mass = float(payload.mass)
         request.center_of_gravity = Vector3(x=com[0], y=com[1], z=com[2])
-    elif fields.get('payload') == 'geometry_msgs/Inertia':                  # newer ur_msgs
+    elif layout == _UR_INERTIA:
         i = np.asarray(payload.inertia, dtype=float)
         centre = Vector3(x=com[0], y=com[1], z=com[2])
         request.payload = Inertia(m=float(payload.mass), com=centre,
@@ -108,8 +125,26 @@ def payload_request(srv: type, payload: HeldPayload):
                                   iyz=i[1, 2], izz=i[2, 2])
     else:
         raise TypeError(f'{srv.__module__}.{srv.__name__}: no payload layout known '
-                        f'(request fields {sorted(fields)})')
+                        f'(request fields {sorted(request.get_fields_and_field_types())})')
     return request
+
+
+def handed_payload(request) -> tuple[float, list[float]]:
+    """(mass [kg], centre of mass (3,) [m]) that a `payload_request` layout hands over.
+
+    Raises:
+      TypeError: a request with none of those layouts.
+    """
+    layout = _layout(request)
+    if layout == _SET_LOAD:
+        return float(request.mass), [float(c) for c in request.center_of_mass]
+    if layout == _UR_GRAVITY:
+        c = request.center_of_gravity
+        return float(request.mass), [float(c.x), float(c.y), float(c.z)]
+    if layout == _UR_INERTIA:
+        c = request.payload.com
+        return float(request.payload.m), [float(c.x), float(c.y), float(c.z)]
+    raise TypeError(f'{type(request).__name__}: no payload layout known')
 
 
 def _accepted(response) -> tuple[bool, str]:

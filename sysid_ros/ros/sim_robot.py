@@ -69,7 +69,7 @@ from sysid_ros.io.simulated_robot import SimulatedRobot, SimulatedRobotSettings,
 from sysid_ros.ros import coroutines, messages, qos
 from sysid_ros.ros.interfaces import (ACTION_SERVER, create, Endpoint, NodeParameter,
                                       PUBLISHER, SERVICE, SUBSCRIPTION)
-from sysid_ros.ros.payload_action import service_type
+from sysid_ros.ros.payload_action import handed_payload, service_type
 
 __all__ = ['NODE_NAME', 'ENDPOINTS', 'PARAMETERS', 'MAX_TICK_RATE', 'MAX_LAG', 'SimRobot',
            'main']
@@ -357,15 +357,25 @@ class SimRobot(Node):
                     frame_id=self._mocap_frame))
         self._published += len(tick.t)
 
-    def _on_trajectory(self, msg: JointTrajectory) -> None:
+    def _follow(self, msg: JointTrajectory) -> float | None:
+        """Follow `msg` from now (its points' times from its header stamp); returns the time
+        of its last point [s], None for a trajectory without points.
+
+        Raises:
+          InputError: joints that are not the model's.
+        """
         arrays = messages.trajectory_to_arrays(msg)
         if len(arrays.t) == 0:
-            return
+            return None
         qdd = arrays.qdd if arrays.qdd is not None else np.zeros_like(arrays.q)
+        t = arrays.t - messages.stamp_to_seconds(msg.header.stamp)
+        self.robot.follow(arrays.names, t, arrays.q, arrays.qd, qdd)
+        return float(t[-1])
+
+    def _on_trajectory(self, msg: JointTrajectory) -> None:
         try:
-            self.robot.follow(arrays.names,
-                              arrays.t - messages.stamp_to_seconds(msg.header.stamp),
-                              arrays.q, arrays.qd, qdd)
+            if self._follow(msg) is None:
+                return
         except InputError as exc:
             self.get_logger().error(f'ignored a trajectory on {self._trajectory_topic}: {exc}')
             return
@@ -396,15 +406,7 @@ class SimRobot(Node):
             publisher.publish(msg)
 
     def _on_payload(self, request, response):
-        fields = request.get_fields_and_field_types()
-        if 'payload' in fields:                                     # geometry_msgs/Inertia
-            mass, com = request.payload.m, request.payload.com
-            com = [com.x, com.y, com.z]
-        elif 'center_of_gravity' in fields:
-            mass, c = request.mass, request.center_of_gravity
-            com = [c.x, c.y, c.z]
-        else:
-            mass, com = request.mass, list(request.center_of_mass)
+        mass, com = handed_payload(request)
         self._handed = {'handed_payload_mass': repr(float(mass)),
                         'handed_payload_com': repr([float(c) for c in com])}
         self._publish_truth()
@@ -416,24 +418,18 @@ class SimRobot(Node):
 
     async def _on_goal(self, goal_handle):
         """Follow the goal's trajectory from now; succeed after its last point."""
-        trajectory = goal_handle.request.trajectory
         result = FollowJointTrajectory.Result()
-        arrays = messages.trajectory_to_arrays(trajectory)
-        if len(arrays.t) == 0:
-            result.error_code = result.INVALID_GOAL
-            result.error_string = 'empty trajectory'
-            goal_handle.abort()
-            return result
-        qdd = arrays.qdd if arrays.qdd is not None else np.zeros_like(arrays.q)
-        t = arrays.t - messages.stamp_to_seconds(trajectory.header.stamp)
         try:
-            self.robot.follow(arrays.names, t, arrays.q, arrays.qd, qdd)
+            duration = self._follow(goal_handle.request.trajectory)
         except InputError as exc:
-            result.error_code = result.INVALID_JOINTS
-            result.error_string = str(exc)
+            result.error_code, result.error_string = result.INVALID_JOINTS, str(exc)
             goal_handle.abort()
             return result
-        end = self.robot.time + float(t[-1])
+        if duration is None:
+            result.error_code, result.error_string = result.INVALID_GOAL, 'empty trajectory'
+            goal_handle.abort()
+            return result
+        end = self.robot.time + duration
         self.get_logger().info(f'following {self.robot.reference} (action goal)')
         while self.robot.time < end:
             await coroutines.sleep(self, 0.1, self._group)

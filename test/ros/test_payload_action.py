@@ -19,7 +19,7 @@ from ur_msgs.srv import SetPayload
 
 from sysid_ros.io import drivers, model_io
 from sysid_ros.io.payload_handoff import frame_offset, HeldPayload
-from sysid_ros.ros.payload_action import payload_request, PayloadAction
+from sysid_ros.ros.payload_action import handed_payload, payload_request, PayloadAction
 
 NAMES = ('payload.mass', 'payload.com.x', 'payload.com.y', 'payload.com.z')
 BOUNDS = {'payload.mass': (0.0, 5.0), **{f'payload.com.{c}': (-0.3, 0.3) for c in 'xyz'}}
@@ -170,5 +170,11 @@ def test_requests_of_both_robots():
     assert ur.mass == 1.5
     assert (ur.center_of_gravity.x, ur.center_of_gravity.y, ur.center_of_gravity.z) == \
         pytest.approx((0.01, 0.02, 0.03))
+    for request in (load, ur):                          # what the stand-ins read back
+        mass, com = handed_payload(request)
+        assert mass == 1.5
+        np.testing.assert_allclose(com, payload.com, rtol=1e-6)
     with pytest.raises(TypeError, match='no payload layout'):
         payload_request(Trigger, payload)
+    with pytest.raises(TypeError, match='no payload layout'):
+        handed_payload(Trigger.Request())
