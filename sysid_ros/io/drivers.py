@@ -28,7 +28,8 @@ Profiles (the facts are the drivers' own documentation and launch files):
     torque gain (torque constant x gear ratio) is not published by the driver: take it from
     Universal Robots' data for the arm, or calibrate it with a known load, and set
     `data.torque_gains`. Payload: the tool flange frame `tool0`, `ur_msgs/srv/SetPayload` on
-    `/io_and_status_controller/set_payload` (mass [kg], centre of gravity [m]).
+    `/io_and_status_controller/set_payload` (mass [kg], centre of gravity [m]). `sysid fit`
+    also writes ur_description's `physical_parameters.yaml` (`description_files`).
     Trajectories: `scaled_joint_trajectory_controller`, the one the driver's launch
     activates (a plain joint_trajectory_controller is loaded inactive beside it).
 """
@@ -91,6 +92,7 @@ DRIVERS: Mapping[str, DriverProfile] = {
         'ur', '/joint_states', CURRENT, payload_frame='tool0',
         payload_service='/io_and_status_controller/set_payload',
         payload_service_type='ur_msgs/srv/SetPayload',
+        description_file='ur_physical_parameters',
         trajectory_controller='scaled_joint_trajectory_controller'),
 }
 

@@ -26,7 +26,8 @@
     which the controller `online.push_node` loads with `--ros-args --params-file`: the same
     mapping the live estimator pushes (`pushed_values`);
   * with `descriptions`: each description-package file it names (franka_description's
-    `inertials.yaml` for `data.driver: franka`, `io.description_files`).
+    `inertials.yaml` for `data.driver: franka`, ur_description's `physical_parameters.yaml`
+    for `ur`; `io.description_files`).
 
 A result that did not converge (interrupted, or with warnings) says so in every file it
 writes: `converged: false` and the warnings in `estimate.yaml` and `report.html`, `converged`
