@@ -21,9 +21,11 @@ from sysid_ros.io.model_io import frame_in_body, ModelError
 
 __all__ = ['HeldPayload', 'GateLimits', 'held_payload', 'payload_bounds', 'robot_frame',
            'frame_offset', 'expressed_in',
-           'SteadyMean', 'refusals']
+           'SteadyMean', 'refusals', 'CHANGE_STDS']
 
 _NAMES = tuple(f'{PAYLOAD}.{attribute}' for attribute in PAYLOAD_ATTRIBUTES)
+# How many mass stds a picked-up or put-down load must differ from the previous one by.
+CHANGE_STDS = 2.0
 # An estimate within this fraction of its bounds' width from a bound is "on" the bound.
 _ON_BOUND = 0.01
 
@@ -153,7 +155,8 @@ class SteadyMean:
 
 
 def refusals(payload: HeldPayload, steady: bool, limits: GateLimits,
-             bounds: dict[str, tuple[float, float]]) -> list[str]:
+             bounds: dict[str, tuple[float, float]], previous_mass: float = 0.0,
+             change: int = 0) -> list[str]:
     """Why `payload` (in the payload link's frame, as estimated) must not be handed to a
     robot, one line each; empty when it passes.
 
@@ -162,6 +165,10 @@ def refusals(payload: HeldPayload, steady: bool, limits: GateLimits,
       steady: whether the posterior stopped moving (`SteadyMean`).
       limits: the gate's limits.
       bounds: parameter name -> (lower, upper) of the identified `payload.*` parameters.
+      previous_mass: the mass of the load the robot has now [kg].
+      change: +1, the robot picked something up: the mass must exceed `previous_mass` by more
+        than `CHANGE_STDS` of its standard deviations; -1, it put something down: below it by
+        as much; 0: not checked.
     """
     found = []
     if not steady:
@@ -178,4 +185,9 @@ def refusals(payload: HeldPayload, steady: bool, limits: GateLimits,
         if not lower + margin < values[name] < upper - margin:
             found.append(f'{name} = {values[name]:.4g} is on or outside its bounds '
                          f'[{lower:g}, {upper:g}]')
+    if change and not change * (payload.mass - previous_mass) > CHANGE_STDS * payload.mass_std:
+        found.append(f'mass {payload.mass:.4g} kg is not {"above" if change > 0 else "below"} '
+                     f'the current load\'s {previous_mass:.4g} kg by {CHANGE_STDS:g} stds '
+                     f'({payload.mass_std:.2g} kg), as a load '
+                     f'{"picked up" if change > 0 else "put down"} would be')
     return found

@@ -3,8 +3,9 @@
 The action follows the live posterior's `payload.*` parameters window by window (feedback: the
 mean and std in the robot's payload frame), waits until the estimate passes the gate
 (`payload_handoff.refusals`: steady over the estimator's `steady_windows` windows, stds below
-`payload_max_mass_std` / `payload_max_com_std`, inside its bounds) or the goal's timeout
-passes, and with `apply` hands it to the robot through the driver profile's service:
+`payload_max_mass_std` / `payload_max_com_std`, inside its bounds, and with the goal's
+`load_change` heavier or lighter than the robot's current load by two mass stds) or the goal's
+timeout passes, and with `apply` hands it to the robot through the driver profile's service:
 franka_msgs/srv/SetLoad (mass, centre of mass, inertia column-major, in the flange frame) or
 ur_msgs/srv/SetPayload in either of its layouts (mass and centre of gravity; or a
 geometry_msgs/Inertia and a transition time), in `tool0`. The action fails, and nothing is
@@ -247,7 +248,8 @@ class PayloadAction:
             if latest is not None and latest[0] != seen:
                 seen, estimate, steady = latest
                 start_window = seen if start_window is None else start_window
-                why = refusals(estimate, steady, self._limits, self._bounds)
+                why = refusals(estimate, steady, self._limits, self._bounds,
+                               (self.applied or self.before).mass, goal.load_change)
                 shown = self.in_robot_frame(estimate)
                 feedback = IdentifyPayload.Feedback(
                     stage='estimate', windows=seen - start_window + 1, mass=shown.mass,

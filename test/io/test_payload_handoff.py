@@ -87,3 +87,15 @@ def test_gate_names_each_reason():
     assert 'payload.mass = 4.99 is on or outside its bounds' in refusals(
         on_bound, True, LIMITS, BOUNDS)[0]
     assert refusals(good._replace(mass_std=float('nan')), True, LIMITS, BOUNDS)
+
+
+def test_gate_holds_a_load_change_of_the_wrong_sign_or_within_the_noise():
+    estimate = held_payload(NAMES, [0, 1.2, 0.01, 0.05], [0, 0.02, 0.003, 0.004], 'a', [0] * 4)
+    assert refusals(estimate, True, LIMITS, BOUNDS, previous_mass=0.5, change=1) == []
+    assert refusals(estimate, True, LIMITS, BOUNDS, previous_mass=0.5, change=0) == []
+    put_down, = refusals(estimate, True, LIMITS, BOUNDS, previous_mass=0.5, change=-1)
+    assert 'not below the current load' in put_down and 'put down' in put_down
+    assert refusals(estimate, True, LIMITS, BOUNDS, previous_mass=1.5, change=-1) == []
+    # 1.2 kg after 1.17 kg is within two of its 0.02 kg stds: not evidently picked up
+    within, = refusals(estimate, True, LIMITS, BOUNDS, previous_mass=1.17, change=1)
+    assert 'not above the current load\'s 1.17 kg by 2 stds' in within

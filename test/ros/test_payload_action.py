@@ -93,11 +93,12 @@ def _wait(future, timeout=10.0):
     return future.result()
 
 
-def _run_goal(node, apply=True, timeout=0.0):
+def _run_goal(node, apply=True, timeout=0.0, load_change=IdentifyPayload.Goal.UNKNOWN):
     client = ActionClient(node, IdentifyPayload, '/estimator/identify_payload')
     assert client.wait_for_server(timeout_sec=5.0)
     feedback = []
-    handle = _wait(client.send_goal_async(IdentifyPayload.Goal(apply=apply, timeout=timeout),
+    handle = _wait(client.send_goal_async(IdentifyPayload.Goal(apply=apply, timeout=timeout,
+                                                               load_change=load_change),
                                           feedback_callback=feedback.append))
     assert handle.accepted
     return _wait(handle.get_result_async()).result, feedback
@@ -144,6 +145,20 @@ def test_an_uncertain_estimate_is_not_applied(graph, flange_offset):
     assert not result.success and not result.applied
     assert 'mass std 0.2 kg is above 0.05 kg' in result.message
     assert franka.requests == []
+
+
+def test_a_load_change_of_the_wrong_sign_is_not_applied(graph, flange_offset):
+    node, robot = graph
+    franka = StandInFranka(robot)
+    action = _action(node, flange_offset)
+    _feed(action, np.array([0.01, 0.002, 0.002, 0.003]), windows=20)
+    result, _ = _run_goal(node, timeout=1.0, load_change=IdentifyPayload.Goal.PUT_DOWN)
+    assert not result.success and not result.applied
+    assert "not below the current load's 0.5 kg" in result.message
+    assert franka.requests == []
+    _feed(action, np.array([0.01, 0.002, 0.002, 0.003]))
+    result, _ = _run_goal(node, load_change=IdentifyPayload.Goal.PICKED_UP)
+    assert result.applied and len(franka.requests) == 1
 
 
 def test_a_missing_service_or_a_refusal_applies_nothing(graph, flange_offset):
