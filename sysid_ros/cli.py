@@ -496,9 +496,11 @@ def build_parser() -> argparse.ArgumentParser:
                        'true vs estimated parameters')
     p.add_argument('--out', default=os.path.join('out', 'live_demo'), metavar='DIR',
                    help='node logs and the saved posterior (default out/live_demo)')
-    p.add_argument('--robot', choices=('panda', 'double_pendulum'), default='panda',
+    p.add_argument('--robot', choices=('panda', 'double_pendulum', 'ur', 'franka'),
+                   default='panda',
                    help='the simulated robot: the Panda arm picking up a 1 kg payload 20 s in '
-                   '(default), or the double pendulum')
+                   '(default), or the double pendulum; ur, franka: a stand-in driver whose '
+                   'held payload is identified and handed to it (ros.payload_demo)')
     p.add_argument('--config', help='problem configuration of both nodes (default: the '
                    "robot's packaged configuration, ros.demo_robots)")
     p.add_argument('--duration', type=_positive_float, metavar='S',

@@ -1,5 +1,6 @@
-"""`sysid demo` (offline: NEA and DiffNEA on a simulated double pendulum with a hidden truth)
-and `sysid live-demo` (a simulated robot identified live), and the configs the package ships.
+"""`sysid demo` (a simulated robot identified live; with `--robot ur|franka` a stand-in
+driver's payload identified and handed to it), `sysid demo-offline` (NEA and DiffNEA on a
+simulated double pendulum with a hidden truth), and the configs the package ships.
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ def cmd_live_demo(args) -> int:
     from sysid_ros.io import pipeline
     from sysid_ros.ros import demo_robots, live_demo
 
+    if args.robot in demo_robots.STAND_INS:
+        from sysid_ros.ros import payload_demo
+        stand_in = demo_robots.STAND_INS[args.robot]
+        config_path = args.config or packaged_config(stand_in.config)
+        pipeline.build_problem(config_io.load_yaml(config_path))       # bad config: stop here
+        return payload_demo.run(stand_in, config_path, args.out, seed=args.seed,
+                                fastdds_profile=packaged_config('fastdds_localhost.xml'))
     robot = demo_robots.ROBOTS[args.robot]
     config_path = args.config or packaged_config(robot.config)
     spec = pipeline.build_problem(config_io.load_yaml(config_path)).spec   # bad config: stop here

@@ -194,8 +194,9 @@ def test_live_demo_runs_the_arm_by_default_and_finds_every_robots_config():
     from sysid_ros.ros import demo_robots
 
     assert cli.build_parser().parse_args(['demo']).robot == 'panda'
-    for robot in demo_robots.ROBOTS.values():
+    for robot in [*demo_robots.ROBOTS.values(), *demo_robots.STAND_INS.values()]:
         assert pathlib.Path(cli_demo.packaged_config(robot.config)).is_file()
+    assert cli.build_parser().parse_args(['demo', '--robot', 'ur']).robot == 'ur'
 
 
 @pytest.mark.slow

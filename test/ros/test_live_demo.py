@@ -1,5 +1,5 @@
-"""The live demo (`sysid demo`): its convergence scoring, its phases, and (slow) the whole run
-of each robot."""
+"""The live demo (`sysid demo`): its convergence scoring, its phases, the payload demo's
+configurations, and (slow) the whole run of each robot."""
 
 import os
 import pathlib
@@ -7,8 +7,11 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
-from sysid_ros.ros import live_demo
+from sysid_ros import cli_demo
+from sysid_ros.io import config as config_io
+from sysid_ros.ros import demo_robots, live_demo, payload_demo
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -49,10 +52,28 @@ def test_phases_split_at_a_change_of_the_truth_and_skip_an_unheld_payloads_com()
     assert live_demo._scored(list(held), held) == list(held)
 
 
-def _demo(tmp_path, *args):
+def test_the_franka_stand_in_config_reads_the_profile_stream_and_may_drop_the_model(tmp_path):
+    franka = demo_robots.STAND_INS['franka']
+    config = cli_demo.packaged_config(franka.config)
+    with_model = config_io.load_yaml(payload_demo.write_config(franka, config, tmp_path))
+    assert with_model.data.driver == 'franka'
+    assert with_model.data.joint_states_topic == '/franka/joint_states'
+    path = payload_demo.write_config(franka, config, tmp_path, model=False)
+    tree = yaml.safe_load(pathlib.Path(path).read_text())['/**']['ros__parameters']
+    assert 'urdf' not in tree['model'] and 'joint_states_topic' not in tree['data']
+
+
+def test_the_error_is_the_handed_mass_else_the_last_estimate():
+    case = payload_demo.PayloadCase(mass=2.0, handed=2.02, estimated=1.9)
+    assert case.error_pct() == pytest.approx(1.0)
+    assert payload_demo.PayloadCase(mass=2.0, handed=None,
+                                    estimated=1.9).error_pct() == pytest.approx(5.0)
+
+
+def _demo(tmp_path, *args, timeout=600):
     return subprocess.run(
         [sys.executable, '-m', 'sysid_ros.cli', 'demo', '--out', str(tmp_path), *args],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout,
         env=dict(os.environ))               # with the DDS isolation of test/ros/conftest.py
 
 
@@ -77,3 +98,13 @@ def test_sysid_demo_arm_converges_and_follows_the_pick_up(tmp_path):
     for name in ('payload.mass', 'payload.com.z', 'panda_joint7.coulomb'):
         assert name in run.stdout
     assert (tmp_path / 'posterior.npz').is_file()
+
+
+@pytest.mark.slow
+def test_sysid_demo_ur_hands_the_payload_to_the_stand_in_and_restores_it(tmp_path):
+    run = _demo(tmp_path, '--robot', 'ur', timeout=1500)
+    assert run.returncode == payload_demo.EXIT_APPLIED, run.stdout + run.stderr
+    line, = [x for x in run.stdout.splitlines() if x.startswith('payload: true')]
+    off = float(line.split('(')[1].split(' %')[0])
+    assert off < 2.0, line                       # the issue's goal for the UR
+    assert 'earlier load restored: yes' in line
