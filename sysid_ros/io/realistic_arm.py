@@ -42,7 +42,7 @@ import numpy as np
 import pinocchio as pin
 
 from sysid_ros.io import model_io, simulation
-from sysid_ros.io.trajectory import Trajectory
+from sysid_ros.io.trajectory import hold_torques, Trajectory
 
 __all__ = ['CONTROL_RATE', 'POSITION_NOISE', 'VELOCITY_NOISE', 'TORQUE_NOISE',
            'NOISE_CORRELATION_S', 'FRICTION_EPS', 'Effects', 'NO_EFFECTS', 'ALL_ON',
@@ -152,7 +152,11 @@ class RealisticArm:
                seed: int = 0) -> Trajectory:
         """A recording of `duration` [s] at `rate` [Hz] (a divisor of CONTROL_RATE): stamps
         [s], measured q [rad], qd [rad/s] and efforts as joint torques [N m] (through the
-        assumed gains), in the order of `joints`; the same arguments give the same samples."""
+        assumed gains), in the order of `joints`; the same arguments give the same samples.
+        The efforts are measured at the stamps and handed over in the `Trajectory`
+        convention (tau[k] held from t[k] to t[k+1]) as a bag reader does with
+        `data.torque_samples: instantaneous` (`trajectory.hold_torques`): taken as held, an
+        effort read at its stamp lags the states by half a sample."""
         rng = np.random.default_rng([seed, 7])
         nv, per_sample = self.nv, int(round(CONTROL_RATE / rate))
         truth_model = self.payload_model(truth, effects.payload_size)
@@ -244,7 +248,8 @@ class RealisticArm:
 
     def _measure(self, samples: np.ndarray, effects: Effects, rate: float, duration: float,
                  rng: np.random.Generator) -> Trajectory:
-        """The recorded trajectory of (T, 3, nv) true [q, qd, tau] at the sample times."""
+        """The recorded trajectory of (T, 3, nv) true [q, qd, tau] at the sample times, its
+        efforts held (`record`)."""
         num, nv = samples.shape[0], self.nv
         t = np.arange(num) / rate
         q = samples[:, 0] + rng.normal(0.0, POSITION_NOISE, (num, nv))
@@ -260,8 +265,8 @@ class RealisticArm:
         if effects.jitter:
             stamps = t + rng.normal(0.0, effects.jitter, num)
             stamps = np.maximum.accumulate(stamps) + np.arange(num) * 1e-9   # increasing
-        return Trajectory(t=stamps, q=q, qd=qd, tau=tau, joint_names=self.joints,
-                          source='realistic arm')
+        return hold_torques(Trajectory(t=stamps, q=q, qd=qd, tau=tau, joint_names=self.joints,
+                                       source='realistic arm'), 'instantaneous')
 
 
 def _ar1(rng: np.random.Generator, num: int, nv: int, std: float, rho: float) -> np.ndarray:

@@ -61,7 +61,7 @@ from sysid_ros.io import problem as problem_io
 from sysid_ros.io import verify
 from sysid_ros.io.errors import InputError
 from sysid_ros.io.window_buffer import WindowBuffer
-from sysid_ros.ros import messages, parameter_push, params, payload_action, qos
+from sysid_ros.ros import messages, parameter_push, params, payload_action, qos, trajectory_run
 from sysid_ros.ros.estimator_diagnostics import EstimatorDiagnostics
 from sysid_ros.ros.interfaces import (create, Endpoint, NodeParameter, PUBLISHER, SERVICE,
                                       SUBSCRIPTION)
@@ -171,7 +171,8 @@ ENDPOINTS = (JOINT_STATES, TORQUE_COMMANDS, MOCAP_POSES, ROBOT_DESCRIPTION_IN, E
              ESTIMATE_COVARIANCE, INERTIA, PARTICLES, MEASURED, PREDICTED, ROBOT_DESCRIPTION,
              DIAGNOSTICS, RESET, SAVE, PAUSE_PUSH, payload_action.IDENTIFY,
              payload_action.RESTORE,
-             parameter_push.SET_PARAMETERS, payload_action.SET_PAYLOAD)
+             parameter_push.SET_PARAMETERS, payload_action.SET_PAYLOAD,
+             trajectory_run.FOLLOW_JOINT_TRAJECTORY)
 
 
 class ModelMismatch(Exception):
@@ -362,7 +363,13 @@ class EstimatorNode(LifecycleNode):
         return payload_action.PayloadAction(
             self, dataclasses.replace(profile, payload_frame=frame), problem.names, identified,
             link, [cfg.model.payload['mass'], *cfg.model.payload['com']],
-            payload_handoff.frame_offset(pmodel, link, frame), self._settings)
+            payload_handoff.frame_offset(pmodel, link, frame), self._settings, problem,
+            self._current_positions)
+
+    def _current_positions(self) -> np.ndarray | None:
+        """The newest joint positions held (nv,) in model joint order, or None."""
+        t, q = self.buffer.joint_positions()
+        return q[-1] if len(t) else None
 
     def _subscribe(self, endpoint: Endpoint, callback, **names) -> None:
         """A measurement subscription, destroyed on cleanup."""

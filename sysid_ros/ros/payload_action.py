@@ -12,6 +12,13 @@ geometry_msgs/Inertia and a transition time), in `tool0`. The action fails, and 
 applied, when the estimate does not pass the gate in time, the service is missing, or the robot
 refuses it; the result says why.
 
+With the goal's `excite` the node runs `payload_excitation` (a trajectory file, `sysid
+excite`'s) through the robot's trajectory controller first (`ros.trajectory_run`: checked
+against every limit from the current state, the controller's FollowJointTrajectory action),
+follows the estimate while it runs (feedback stage `excite`), and hands nothing to the robot
+before the motion has ended; the goal's timeout counts from then. A refused, rejected or
+aborted motion ends the goal with nothing applied.
+
 The load before the first hand-off (`payload_before`: mass and centre of mass in the payload
 frame; the robot's configured load) is kept, and `~/restore_payload` (std_srvs/Trigger) hands
 it back to the robot.
@@ -22,6 +29,7 @@ from __future__ import annotations
 import importlib
 import threading
 import time
+from typing import Callable
 
 from geometry_msgs.msg import Inertia, Vector3
 import numpy as np
@@ -34,9 +42,11 @@ from sysid_ros_interfaces.action import IdentifyPayload
 from sysid_ros.io.drivers import DriverProfile
 from sysid_ros.io.payload_handoff import (expressed_in, GateLimits, held_payload, HeldPayload,
                                           refusals)
+from sysid_ros.io.problem import Problem
 from sysid_ros.ros import coroutines
 from sysid_ros.ros.interfaces import (ACTION_SERVER, CLIENT, create, Endpoint, NodeParameter,
                                       SERVICE)
+from sysid_ros.ros.trajectory_run import TrajectoryRun
 
 __all__ = ['PARAMETERS', 'IDENTIFY', 'RESTORE', 'SET_PAYLOAD', 'service_type',
            'payload_request', 'handed_payload', 'PayloadAction']
@@ -50,6 +60,12 @@ PARAMETERS = (
                   'that passes the gate, where the goal gives none [s]', 0.0),
     NodeParameter('payload_service_timeout', 5.0, "longest wait for the robot's payload "
                   'service and its response [s]', 0.0),
+    NodeParameter('payload_excitation', '', 'JointTrajectory YAML that an identify_payload '
+                  "goal with excite runs first (sysid excite's trajectory.yaml; empty: excite "
+                  'is refused)'),
+    NodeParameter('payload_controller', '', 'controller whose follow_joint_trajectory action '
+                  'runs payload_excitation (empty: the only one on the graph, else the driver '
+                  "profile's)"),
     NodeParameter('payload_before', [0.0, 0.0, 0.0, 0.0], "the robot's load before the first "
                   'hand-off, which restore_payload hands back: mass [kg] and centre of mass '
                   "(3) [m] in the driver profile's payload frame"),
@@ -165,10 +181,19 @@ class PayloadAction:
       nominal: (4,) the configuration's payload mass and centre of mass.
       offset: (rotation (3, 3), translation (3,) [m]) of the link in the profile's payload
         frame (`payload_handoff.frame_offset`).
+      settings: the node's values of `PARAMETERS` (and `steady_windows`).
+      problem: the configured problem, whose limits and driver profile `payload_excitation`
+        runs with (needed where it is set).
+      positions: returns the current joint positions (nv,) in model joint order, or None
+        before any (needed where `payload_excitation` is set).
+
+    Raises:
+      InputError: `payload_excitation` unreadable, or not of the model's joints.
     """
 
     def __init__(self, node: Node, profile: DriverProfile, names, bounds, link: str, nominal,
-                 offset, settings: dict):
+                 offset, settings: dict, problem: Problem | None = None,
+                 positions: Callable[[], np.ndarray | None] | None = None):
         self._node, self._profile = node, profile
         self._names, self._bounds, self._link, self._nominal = names, bounds, link, nominal
         self._offset = offset
@@ -193,9 +218,17 @@ class PayloadAction:
                              payload_service=profile.payload_service)
         self.service = create(node, RESTORE, self._on_restore, callback_group=group)
         self.server = create(node, IDENTIFY, self._execute, callback_group=group)
+        self._excitation = None
+        if settings.get('payload_excitation'):
+            self._excitation = (TrajectoryRun(node, problem, settings['payload_excitation'],
+                                              settings['payload_controller'], group),
+                                positions)
 
     def destroy(self) -> None:
-        """Release the action server, service and client."""
+        """Release the action server, service and clients."""
+        if self._excitation is not None:
+            self._excitation[0].cancel()
+            self._excitation[0].destroy()
         self.server.destroy()
         self._node.destroy_service(self.service)
         self._node.destroy_client(self.client)
@@ -230,19 +263,39 @@ class PayloadAction:
         taken, why = _accepted(future.result())
         return taken, '' if taken else f'the robot refused the payload: {why or "no reason"}'
 
+    async def _excite(self) -> str:
+        """Start the excitation; '' once the controller runs it, else why not."""
+        if self._excitation is None:
+            return 'no payload_excitation trajectory is configured'
+        run, positions = self._excitation
+        q0 = positions()
+        if q0 is None:
+            return 'no joint state received yet'
+        return await run.start(q0)
+
     async def _execute(self, goal_handle):
         goal = goal_handle.request
         result = IdentifyPayload.Result()
         timeout = goal.timeout if goal.timeout > 0 else self._timeout
-        deadline = time.monotonic() + timeout
         start_window, seen, why = None, -1, ['no window estimated yet']
-        estimate = None
+        estimate, stage = None, 'estimate'
         if goal.excite:
-            goal_handle.abort()
-            result.message = ('excite: run the excitation with trajectory_publisher before '
-                              'the goal; this node does not move the robot')
-            return result
+            not_started = await self._excite()
+            if not_started:
+                goal_handle.abort()
+                result.message = f'excite: {not_started}'
+                return result
+            stage = 'excite'
+        run = self._excitation[0] if goal.excite else None
+        deadline = time.monotonic() + timeout + (run.duration if run else 0.0)
         while time.monotonic() < deadline:
+            if stage == 'excite' and run.done():
+                ended = run.outcome()
+                if ended:
+                    goal_handle.abort()
+                    result.message = f'excite: {ended}; nothing applied'
+                    return result
+                stage, deadline = 'estimate', time.monotonic() + timeout
             with self._lock:
                 latest = self._latest
             if latest is not None and latest[0] != seen:
@@ -252,13 +305,19 @@ class PayloadAction:
                                (self.applied or self.before).mass, goal.load_change)
                 shown = self.in_robot_frame(estimate)
                 feedback = IdentifyPayload.Feedback(
-                    stage='estimate', windows=seen - start_window + 1, mass=shown.mass,
+                    stage=stage, windows=seen - start_window + 1, mass=shown.mass,
                     mass_std=shown.mass_std, center_of_mass=shown.com.tolist(),
                     center_of_mass_std=shown.com_std.tolist())
                 goal_handle.publish_feedback(feedback)
-                if not why:
-                    break
+            if not why and stage == 'estimate':
+                break
             await coroutines.sleep(self._node, _POLL, self._group)
+        if stage == 'excite':
+            run.cancel()
+            goal_handle.abort()
+            result.message = (f'excite: the motion did not end within its {run.duration:.1f} s '
+                              f'and {timeout:g} s more; cancelled, nothing applied')
+            return result
         if estimate is not None:
             shown = self.in_robot_frame(estimate)
             result.mass, result.mass_std = shown.mass, shown.mass_std

@@ -1,6 +1,7 @@
-"""What `trajectory_publisher` sends as a control_msgs/action/FollowJointTrajectory goal: the
-controller's action picked from the graph, the move from the current state to a trajectory's
-first point, and the goal message.
+"""What `trajectory_publisher` and the estimator's identify_payload send as a
+control_msgs/action/FollowJointTrajectory goal: the controller's action picked from the graph,
+the move from the current state to a trajectory's first point, the checks before anything
+moves, the goal message, and the words for its outcome.
 
 The move is a quintic in time, q(t) = q0 + (q1 - q0) s(t / T) with
 s(u) = 10 u^3 - 15 u^4 + 6 u^5, at rest (zero velocity and acceleration) at both ends. Its peak
@@ -14,22 +15,29 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
+from action_msgs.msg import GoalStatus
 from builtin_interfaces.msg import Duration
 from control_msgs.action import FollowJointTrajectory
 from control_msgs.msg import JointTolerance
 import numpy as np
 
+from sysid_ros.io import excitation
+from sysid_ros.io.errors import InputError
 from sysid_ros.io.excitation import JointTrajectoryData
+from sysid_ros.io.problem import Problem
 from sysid_ros.ros import messages
 
 __all__ = ['ACTION_TYPE', 'ACTION_SUFFIX', 'MOVE_LIMIT_SHARE', 'MIN_MOVE_DURATION',
            'ControllerChoiceError', 'action_name', 'pick_action', 'move_duration',
-           'with_move', 'make_goal', 'error_code_name']
+           'with_move', 'START_SPEED', 'DISCOVERY_SETTLE', 'checked_goal', 'make_goal',
+           'error_code_name', 'outcome']
 
 ACTION_TYPE = 'control_msgs/action/FollowJointTrajectory'
 ACTION_SUFFIX = 'follow_joint_trajectory'
 MOVE_LIMIT_SHARE = 0.5          # [-] share of the speed and acceleration limits the move uses
 MIN_MOVE_DURATION = 1.0         # [s] shortest move to the first point
+START_SPEED = 1e-3              # [rad/s, m/s] largest first-point speed taken as rest
+DISCOVERY_SETTLE = 1.0          # [s] graph watched after the first action appears
 _PEAK_SPEED = 15.0 / 8.0        # [-] peak of ds/du
 _PEAK_ACCELERATION = 10.0 / math.sqrt(3.0)      # [-] peak of |d2s/du2|
 
@@ -105,6 +113,54 @@ def with_move(trajectory: JointTrajectoryData, q0: np.ndarray, qd_max: np.ndarra
     return JointTrajectoryData(trajectory.joint_names, t, q, qd, qdd), duration
 
 
+def checked_goal(problem: Problem, trajectory: JointTrajectoryData, q0: np.ndarray,
+                 start_tolerance: float, prior: str | None = None,
+                 source: str = 'trajectory') -> tuple[JointTrajectoryData | None, float,
+                                                      list[str]]:
+    """The trajectory after the move from the current positions q0 (nv,), in the
+    trajectory's joint order, checked before anything moves: (the goal's trajectory, the
+    move's duration [s], []), or (None, 0, why not: one line each).
+
+    Refused: q0 more than `start_tolerance` [rad, m] outside the model's position limits; a
+    first point not at rest (`START_SPEED`); any limit of `excitation.limit_violations`
+    along the whole goal (the efforts at the design point of `prior`, an estimate.yaml, or
+    the configuration's). `source` names the trajectory in the lines.
+
+    Raises:
+      InputError: the trajectory's joints are not the model's.
+    """
+    names = list(problem.model.joint_names)
+    if set(trajectory.joint_names) != set(names):
+        raise InputError(f'{source}: joint_names: expected {", ".join(names)}, got '
+                         f'{", ".join(trajectory.joint_names)}')
+    order = [names.index(j) for j in trajectory.joint_names]
+    model, refusals = problem.model, []
+    for j, name in enumerate(trajectory.joint_names):
+        lo, hi = (model.q_min[order[j]], model.q_max[order[j]]) if model.q_min else (
+            -np.inf, np.inf)
+        if not lo - start_tolerance <= q0[j] <= hi + start_tolerance:
+            refusals.append(f'current state: {name} at {q0[j]:.4g} is outside its position '
+                            f'limits [{lo:.4g}, {hi:.4g}] by more than {start_tolerance:g}')
+        if abs(trajectory.qd[0, j]) > START_SPEED:
+            refusals.append(f'{source}: {name}: first point at speed '
+                            f'{trajectory.qd[0, j]:.4g}: expected a trajectory that starts '
+                            'at rest')
+    if refusals:
+        return None, 0.0, refusals
+    limits = excitation.excitation_limits(problem)
+    sent, move = with_move(trajectory, q0, np.asarray(limits.qd_max)[order],
+                           np.asarray(limits.qdd_max)[order])
+    # The move starts where the robot rests (checked above) and ends at the first point:
+    # its positions lie between the two.
+    refusals = [f'goal: {line}' for line in excitation.limit_violations(
+        problem, sent, prior, positions_from=move)]
+    if refusals:
+        refusals.append(f'goal: times from its start; the move from the current state takes '
+                        f'the first {move:.2f} s')
+        return None, 0.0, refusals
+    return sent, move, []
+
+
 def _tolerances(names, position: float) -> list[JointTolerance]:
     """One position tolerance [rad, m] per joint; none for 0 (the controller's own)."""
     if position <= 0.0:
@@ -133,3 +189,15 @@ def error_code_name(code: int) -> str:
     named = {getattr(result, n): n for n in dir(result)
              if n.isupper() and isinstance(getattr(result, n), int)}
     return named.get(code, 'UNKNOWN')
+
+
+def outcome(status: int, error_code: int, error_string: str) -> str:
+    """'' for a goal that succeeded, else its end in words (action_msgs GoalStatus `status`,
+    the result's `error_code` and `error_string`)."""
+    if (status == GoalStatus.STATUS_SUCCEEDED
+            and error_code == FollowJointTrajectory.Result.SUCCESSFUL):
+        return ''
+    ended = {GoalStatus.STATUS_ABORTED: 'aborted',
+             GoalStatus.STATUS_CANCELED: 'cancelled'}.get(status, f'ended ({status})')
+    return (f'goal {ended}: error_code {error_code} ({error_code_name(error_code)}): '
+            f'{error_string or "no error_string"}')

@@ -47,7 +47,6 @@ from __future__ import annotations
 import sys
 import time
 
-from action_msgs.msg import GoalStatus
 from control_msgs.action import FollowJointTrajectory
 import jax
 import numpy as np
@@ -76,8 +75,6 @@ REJECTED = 5                # exit status: the controller rejected the goal
 ABORTED = 6                 # exit status: the controller aborted (or cancelled) the goal
 TIMED_OUT = 7               # exit status: no result in time; the goal was cancelled
 INTERRUPTED = 130           # exit status: Ctrl-C; a sent goal was cancelled
-START_SPEED = 1e-3          # [rad/s, m/s] largest first-point speed taken as rest
-DISCOVERY_SETTLE = 1.0      # [s] graph watched after the first action appears
 CANCEL_WAIT = 5.0           # [s] longest wait for the answer to a cancel request
 
 PARAMETERS = (
@@ -194,40 +191,12 @@ class TrajectoryPublisher(Node):
 
     def _checked_goal(self, q0: np.ndarray):
         """(the trajectory after the move from q0, the move's duration [s]), or None after
-        logging why it is refused."""
-        log = self.get_logger()
-        problem, traj = self._problem, self._trajectory
-        names = list(problem.model.joint_names)
-        if set(traj.joint_names) != set(names):
-            raise InputError(f'{self._source}: joint_names: expected {", ".join(names)}, got '
-                             f'{", ".join(traj.joint_names)}')
-        order = [names.index(j) for j in traj.joint_names]
-        refusals = []
-        tolerance = self._value['start_tolerance']
-        model = problem.model
-        for j, name in enumerate(traj.joint_names):
-            lo, hi = (model.q_min[order[j]], model.q_max[order[j]]) if model.q_min else (
-                -np.inf, np.inf)
-            if not lo - tolerance <= q0[j] <= hi + tolerance:
-                refusals.append(f'current state: {name} at {q0[j]:.4g} is outside its '
-                                f'position limits [{lo:.4g}, {hi:.4g}] by more than '
-                                f'{tolerance:g}')
-            if abs(traj.qd[0, j]) > START_SPEED:
-                refusals.append(f'{self._source}: {name}: first point at speed '
-                                f'{traj.qd[0, j]:.4g}: expected a trajectory that starts at '
-                                'rest')
-        if not refusals:
-            limits = excitation.excitation_limits(problem)
-            sent, move = trajectory_action.with_move(
-                traj, q0, np.asarray(limits.qd_max)[order], np.asarray(limits.qdd_max)[order])
-            # The move starts where the robot rests (checked above) and ends at the first
-            # point: its positions lie between the two.
-            refusals = [f'goal: {line}' for line in excitation.limit_violations(
-                problem, sent, self._value['prior'] or None, positions_from=move)]
-            if refusals:
-                refusals.append(f'goal: times from its start; the move from the current '
-                                f'state takes the first {move:.2f} s')
+        logging why it is refused (`trajectory_action.checked_goal`)."""
+        sent, move, refusals = trajectory_action.checked_goal(
+            self._problem, self._trajectory, q0, self._value['start_tolerance'],
+            self._value['prior'] or None, self._source)
         if refusals:
+            log = self.get_logger()
             for line in refusals:
                 log.error(line)
             log.error('refused; nothing sent')
@@ -248,7 +217,7 @@ class TrajectoryPublisher(Node):
             return bool(found)
 
         if self._spin_until(look, self._value['wait_timeout']):
-            self._spin_until(lambda: False, DISCOVERY_SETTLE)
+            self._spin_until(lambda: False, trajectory_action.DISCOVERY_SETTLE)
             look()
         profile = drivers.DRIVERS[self._problem.config.data.driver]
         try:
@@ -292,17 +261,12 @@ class TrajectoryPublisher(Node):
                 log.warning(f'{action}: interrupted; goal cancelled')
             return INTERRUPTED
         response = result.result()
-        code = response.result.error_code
-        if (response.status == GoalStatus.STATUS_SUCCEEDED
-                and code == FollowJointTrajectory.Result.SUCCESSFUL):
+        ended = trajectory_action.outcome(response.status, response.result.error_code,
+                                          response.result.error_string)
+        if not ended:
             log.info(f'{action}: goal succeeded')
             return 0
-        status = {GoalStatus.STATUS_ABORTED: 'aborted',
-                  GoalStatus.STATUS_CANCELED: 'cancelled'}.get(response.status,
-                                                               f'ended ({response.status})')
-        log.error(f'{action}: goal {status}: error_code {code} '
-                  f'({trajectory_action.error_code_name(code)}): '
-                  f'{response.result.error_string or "no error_string"}')
+        log.error(f'{action}: {ended}')
         return ABORTED
 
     # ----------------------------------------------------------------------------------

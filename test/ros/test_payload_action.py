@@ -1,6 +1,7 @@
 """identify_payload and restore_payload over loopback DDS, against stand-in robots serving the
 real franka_msgs/srv/SetLoad and ur_msgs/srv/SetPayload (built from the vendors' definitions,
-interfaces/upstream/). The posterior windows are fed to the action as the estimator's worker
+interfaces/upstream/) and a stand-in trajectory controller (control_msgs FollowJointTrajectory)
+for the goal's excite. The posterior windows are fed to the action as the estimator's worker
 feeds them."""
 
 import dataclasses
@@ -13,11 +14,14 @@ import pytest
 import rclpy
 from rclpy.action import ActionClient
 from rclpy.executors import MultiThreadedExecutor
+from stand_in_controller import StandInController
 from std_srvs.srv import Trigger
 from sysid_ros_interfaces.action import IdentifyPayload
 from ur_msgs.srv import SetPayload
+import yaml
 
-from sysid_ros.io import drivers, model_io
+from sysid_ros.io import drivers, excitation, model_io, pipeline
+from sysid_ros.io.config import from_dict
 from sysid_ros.io.payload_handoff import frame_offset, HeldPayload
 from sysid_ros.ros.payload_action import handed_payload, payload_request, PayloadAction
 
@@ -27,6 +31,8 @@ SETTINGS = {'payload_max_mass_std': 0.05, 'payload_max_com_std': 0.01, 'steady_w
             'payload_timeout': 3.0, 'payload_service_timeout': 2.0,
             'payload_before': [0.5, 0.0, 0.0, 0.05]}
 TRUTH = np.array([1.3, 0.01, -0.02, 0.15])      # in panda_link7
+JOINTS = tuple(f'panda_joint{i}' for i in range(1, 8))
+REST = np.array([0.0, -0.3, 0.0, -2.0, 0.0, 1.8, 0.8])   # [rad] inside every limit
 
 
 class StandInFranka:
@@ -67,11 +73,38 @@ def graph():
     thread.join(timeout=2.0)
 
 
-def _action(node, offset, service='/service_server/set_load'):
+@pytest.fixture(scope='module')
+def excitation_file(tmp_path_factory):
+    """(the Panda's problem, a trajectory file): joint 1 swings 0.1 rad and back in 1 s from
+    a point 0.05 rad from REST (the move comes first), at rest at both ends."""
+    problem = pipeline.build_problem(from_dict({
+        'model': {'urdf': 'example-robot-data:panda', 'joints': list(JOINTS),
+                  'payload': {'link': 'panda_link7', 'mass': 0.0}},
+        'parameters': {'payload': {'mass': {'min': 0.0, 'max': 5.0}}},
+        'data': {'driver': 'franka'}}))
+    t = np.linspace(0.0, 1.0, 101)
+    w = 2 * np.pi
+    q = np.tile(REST + [0.05, 0, 0, 0, 0, 0, 0], (len(t), 1))
+    qd, qdd = np.zeros_like(q), np.zeros_like(q)
+    q[:, 0] += 0.05 * (1 - np.cos(w * t))
+    qd[:, 0], qdd[:, 0] = 0.05 * w * np.sin(w * t), 0.05 * w ** 2 * np.cos(w * t)
+    path = tmp_path_factory.mktemp('excite') / 'trajectory.yaml'
+    path.write_text(yaml.safe_dump(excitation.trajectory_dict(JOINTS, t, q, qd, qdd)))
+    return problem, str(path)
+
+
+def _action(node, offset, service='/service_server/set_load', excite=None):
+    """The action of a Franka profile; with `excite` ((problem, trajectory file)), its goals
+    may run that trajectory from REST."""
     profile = dataclasses.replace(drivers.DRIVERS['franka'], payload_frame='panda_link8',
                                   payload_service=service)
+    if excite is None:
+        return PayloadAction(node, profile, NAMES, BOUNDS, 'panda_link7', [0.0, 0.0, 0.0, 0.0],
+                             offset, SETTINGS)
+    problem, path = excite
+    settings = dict(SETTINGS, payload_excitation=path, payload_controller='')
     return PayloadAction(node, profile, NAMES, BOUNDS, 'panda_link7', [0.0, 0.0, 0.0, 0.0],
-                         offset, SETTINGS)
+                         offset, settings, problem, lambda: REST)
 
 
 def _feed(action, std, windows=8, period=0.1):
@@ -93,15 +126,17 @@ def _wait(future, timeout=10.0):
     return future.result()
 
 
-def _run_goal(node, apply=True, timeout=0.0, load_change=IdentifyPayload.Goal.UNKNOWN):
+def _run_goal(node, apply=True, timeout=0.0, load_change=IdentifyPayload.Goal.UNKNOWN,
+              excite=False):
     client = ActionClient(node, IdentifyPayload, '/estimator/identify_payload')
     assert client.wait_for_server(timeout_sec=5.0)
     feedback = []
     handle = _wait(client.send_goal_async(IdentifyPayload.Goal(apply=apply, timeout=timeout,
-                                                               load_change=load_change),
+                                                               load_change=load_change,
+                                                               excite=excite),
                                           feedback_callback=feedback.append))
     assert handle.accepted
-    return _wait(handle.get_result_async()).result, feedback
+    return _wait(handle.get_result_async(), timeout=30.0).result, feedback
 
 
 def test_identifies_applies_and_restores_the_payload(graph, flange_offset):
@@ -159,6 +194,44 @@ def test_a_load_change_of_the_wrong_sign_is_not_applied(graph, flange_offset):
     _feed(action, np.array([0.01, 0.002, 0.002, 0.003]))
     result, _ = _run_goal(node, load_change=IdentifyPayload.Goal.PICKED_UP)
     assert result.applied and len(franka.requests) == 1
+
+
+def test_excite_runs_the_trajectory_first_and_applies_after_it(graph, flange_offset,
+                                                               excitation_file):
+    node, robot = graph
+    franka = StandInFranka(robot)
+    controller = StandInController(robot, drivers.DRIVERS['franka'].trajectory_controller,
+                                   lead=0.5)
+    action = _action(node, flange_offset, excite=excitation_file)
+    _feed(action, np.array([0.01, 0.002, 0.002, 0.003]), windows=60)
+    result, feedback = _run_goal(node, excite=True)
+    assert result.applied, result.message
+    stages = [f.feedback.stage for f in feedback]
+    assert stages[0] == 'excite' and stages[-1] == 'estimate'
+    goal, = controller.goals
+    first = goal.trajectory.points[0]
+    np.testing.assert_allclose(first.positions, REST)     # the move starts where it rests
+    assert len(franka.requests) == 1
+
+
+def test_excite_that_fails_or_is_not_configured_applies_nothing(graph, flange_offset,
+                                                                excitation_file):
+    node, robot = graph
+    franka = StandInFranka(robot)
+    action = _action(node, flange_offset)
+    result, _ = _run_goal(node, excite=True)
+    assert not result.success
+    assert result.message == 'excite: no payload_excitation trajectory is configured'
+    action.destroy()
+    StandInController(robot, drivers.DRIVERS['franka'].trajectory_controller, mode='abort',
+                      lead=0.2)
+    action = _action(node, flange_offset, excite=excitation_file)
+    _feed(action, np.array([0.01, 0.002, 0.002, 0.003]), windows=60)
+    result, _ = _run_goal(node, excite=True)
+    assert not result.applied
+    assert result.message.startswith('excite: goal aborted: error_code')
+    assert 'PATH_TOLERANCE_VIOLATED' in result.message and 'nothing applied' in result.message
+    assert franka.requests == []
 
 
 def test_a_missing_service_or_a_refusal_applies_nothing(graph, flange_offset):

@@ -6,14 +6,11 @@ the driver profile's controller is picked among two; the move starts at the curr
 a trajectory beyond a limit is refused before anything is sent."""
 
 import signal
-import time
 
-from control_msgs.action import FollowJointTrajectory
 import numpy as np
 import pytest
-from rclpy.action import ActionServer, CancelResponse, GoalResponse
-from rclpy.task import Future
 from sensor_msgs.msg import JointState
+from stand_in_controller import StandInController
 import yaml
 
 from sysid_ros.io import excitation
@@ -22,7 +19,6 @@ from sysid_ros.ros import messages, trajectory_action, trajectory_publisher
 START_TIMEOUT = 90.0                            # [s] imports and compilation on a busy machine
 AMPLITUDE = 0.4                                 # [rad] of the trajectory's first joint
 DURATION = 2.0                                  # [s]
-FEEDBACK_LEAD = 1.0                             # [s] the stand-in's feedback before its result
 CURRENT = (0.05, -0.1)                          # [rad] the stand-in's joint positions
 JTC = 'joint_trajectory_controller'
 SCALED = 'scaled_joint_trajectory_controller'
@@ -75,57 +71,6 @@ def files(tmp_path_factory):
                 'urdf': _urdf(folder / 'narrow.urdf'), 'actuator': 'viscous'}),
             'slow': _trajectory(folder / 'slow.yaml'),
             'fast': _trajectory(folder / 'fast.yaml', speed=3.0)}
-
-
-class StandInController:
-    """A joint_trajectory_controller's action (`mode`: 'succeed', 'reject', 'abort' with
-    PATH_TOLERANCE_VIOLATED, or 'hold' until cancelled) that records the goals it accepts
-    and the cancel requests; the joint states at CURRENT."""
-
-    def __init__(self, node, controller: str, mode: str = 'succeed'):
-        self.mode = mode
-        self.goals = []
-        self.cancelled = []
-        self._released = None
-        self.server = ActionServer(
-            node, FollowJointTrajectory, trajectory_action.action_name(controller),
-            self._execute, goal_callback=self._decide, cancel_callback=self._cancel)
-
-    def _decide(self, goal):
-        if self.mode == 'reject':
-            return GoalResponse.REJECT
-        self.goals.append(goal)
-        return GoalResponse.ACCEPT
-
-    def _cancel(self, goal_handle):
-        self.cancelled.append(goal_handle)
-        if self._released is not None:
-            self._released.set_result(None)
-        return CancelResponse.ACCEPT
-
-    async def _execute(self, goal_handle):
-        points = goal_handle.request.trajectory.points
-        feedback = FollowJointTrajectory.Feedback()
-        for point in points[::len(points) // 4]:
-            feedback.desired = point
-            goal_handle.publish_feedback(feedback)
-        # A controller runs the trajectory before it answers: its feedback comes first.
-        time.sleep(FEEDBACK_LEAD)
-        if self.mode == 'hold':
-            self._released = Future()
-            await self._released
-            goal_handle.canceled()
-            return FollowJointTrajectory.Result()
-        if self.mode == 'abort':
-            goal_handle.abort()
-            return FollowJointTrajectory.Result(
-                error_code=FollowJointTrajectory.Result.PATH_TOLERANCE_VIOLATED,
-                error_string='joint1 path error 0.2 beyond 0.05')
-        goal_handle.succeed()
-        return FollowJointTrajectory.Result(error_code=FollowJointTrajectory.Result.SUCCESSFUL)
-
-    def destroy(self):
-        self.server.destroy()
 
 
 @pytest.fixture
