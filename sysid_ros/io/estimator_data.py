@@ -571,6 +571,7 @@ def equation_error_problem(problem: Problem, trajs: Sequence[Trajectory], theta=
                      f'{shortest // 2} samples ({shortest // 2 / cfg.data.rate:g} s) for the '
                      f'shortest trajectory ({shortest} samples), got {taps}')
     kept = [equation_error.filter_samples(t.q, t.qd, t.tau, problem.dt, taps) for t in trajs]
+    smooth = equation_error.savitzky_golay_kernels(taps, problem.dt)[0]
     fewest = min(k['tau'].shape[0] for k in kept)
     window = cfg.estimator.window
     if window == 'all':
@@ -580,9 +581,9 @@ def equation_error_problem(problem: Problem, trajs: Sequence[Trajectory], theta=
         piece = int(np.clip(round(seconds * cfg.data.rate / taps), 1, fewest))
     arrays = {name: np.stack([k[name][i * piece:(i + 1) * piece] for k in kept
                               for i in range(k['tau'].shape[0] // piece)])
-              for name in ('q', 'qd', 'qdd', 'tau', 'tau_rate')}
+              for name in ('q', 'qd', 'qdd', 'tau', 'tau_rate', 'q_taps', 'qd_taps')}
     try:
-        data = equation_error.make_torque_data(setting, **arrays,
+        data = equation_error.make_torque_data(setting, **arrays, smooth=smooth,
                                                noise_std=1.0 if given is None else given,
                                                timing_std=cfg.data.torque_timing_std)
     except ValueError as exc:

@@ -11,6 +11,7 @@ import os
 import re
 import sysconfig
 from typing import Any, Mapping
+import xml.etree.ElementTree as ET
 from xml.parsers.expat import ExpatError
 
 import jax.numpy as jnp
@@ -18,6 +19,7 @@ import numpy as np
 import pinocchio as pin
 
 from sysid_ros.core.model.types import Params, PRISMATIC, REVOLUTE, RobotModel
+from sysid_ros.io import urdf_export
 from sysid_ros.io.errors import InputError
 
 EXAMPLE_ROBOT_PREFIX = 'example-robot-data:'
@@ -149,8 +151,42 @@ def _body_names(pmodel: pin.Model) -> list[str]:
     return names
 
 
-def from_pinocchio(pmodel: pin.Model, dtype=jnp.float64) -> tuple[RobotModel, Params]:
-    """Convert a Pinocchio model of 1-DoF joints on a fixed base to `(RobotModel, Params)`."""
+def joint_dynamics(urdf: str) -> dict[str, dict[str, float]]:
+    """Joint name -> the values of its `<sysid:dynamics>` element (`urdf_export`: armature,
+    offset, gain, stribeck_torque, stribeck_velocity; absent attributes at their defaults),
+    for the joints of `urdf` (as `load_pinocchio` takes it) that have one.
+
+    Raises:
+      ModelError: a file that cannot be read, XML that cannot be parsed.
+    """
+    if urdf.startswith(EXAMPLE_ROBOT_PREFIX):
+        return {}
+    try:
+        if urdf.lstrip().startswith('<'):
+            root = ET.fromstring(urdf)
+        else:
+            root = ET.parse(urdf).getroot()
+    except (OSError, ET.ParseError) as exc:
+        raise ModelError(f'cannot read URDF {urdf[:80]!r}: {exc}') from exc
+    tag = f'{{{urdf_export.JOINT_DYNAMICS_NAMESPACE}}}dynamics'
+    found = {}
+    for joint in root.iter('joint'):
+        element = joint.find(tag)
+        if element is not None:
+            try:
+                found[joint.get('name')] = {
+                    key: float(element.get(key, default))
+                    for key, default in urdf_export.JOINT_DYNAMICS_ATTRIBUTES.items()}
+            except ValueError as exc:
+                raise ModelError(f'joint {joint.get("name")!r}: sysid:dynamics: {exc}') from exc
+    return found
+
+
+def from_pinocchio(pmodel: pin.Model, dtype=jnp.float64,
+                   dynamics: Mapping[str, Mapping[str, float]] | None = None
+                   ) -> tuple[RobotModel, Params]:
+    """Convert a Pinocchio model of 1-DoF joints on a fixed base to `(RobotModel, Params)`;
+    `dynamics`: joint name -> values the URDF keeps beyond Pinocchio's (`joint_dynamics`)."""
     if pmodel.njoints < 2:
         raise ModelError(f'model {pmodel.name!r} has no moving joint')
     bodies = _body_names(pmodel)
@@ -185,16 +221,22 @@ def from_pinocchio(pmodel: pin.Model, dtype=jnp.float64) -> tuple[RobotModel, Pa
         v_max=tuple(float(v) for v in pmodel.velocityLimit),
         effort_max=tuple(float(e) for e in pmodel.effortLimit),
     )
-    nv = model.nv
+    extra = {key: np.array([(dynamics or {}).get(name, {}).get(key, default)
+                            for name in model.joint_names], dtype=float)
+             for key, default in urdf_export.JOINT_DYNAMICS_ATTRIBUTES.items()}
+    armature = np.asarray(pmodel.armature, dtype=float)
+    named = [name in (dynamics or {}) for name in model.joint_names]
+    armature = np.where(named, extra['armature'], armature)
     params = Params(
         inertial=jnp.asarray(np.stack(inertials), dtype),
         placement=jnp.asarray(np.stack(placements), dtype),
-        armature=jnp.asarray(pmodel.armature, dtype),
+        armature=jnp.asarray(armature, dtype),
         damping=jnp.asarray(pmodel.damping, dtype),
         coulomb=jnp.asarray(pmodel.friction, dtype),
-        stribeck=jnp.zeros((nv, 2), dtype),
-        offset=jnp.zeros((nv,), dtype),
-        gain=jnp.ones((nv,), dtype),
+        stribeck=jnp.asarray(np.stack([extra['stribeck_torque'],
+                                       extra['stribeck_velocity']], axis=1), dtype),
+        offset=jnp.asarray(extra['offset'], dtype),
+        gain=jnp.asarray(extra['gain'], dtype),
     )
     return model, params
 
@@ -261,8 +303,10 @@ def load_pinocchio(urdf: str, locked_joints=(), keep_joints=None) -> pin.Model:
 
 
 def load_urdf(urdf: str, locked_joints=(), keep_joints=None, dtype=jnp.float64):
-    """URDF (path, XML string or `example-robot-data:NAME`) -> `(RobotModel, Params)`."""
-    return from_pinocchio(load_pinocchio(urdf, locked_joints, keep_joints), dtype)
+    """URDF (path, XML string or `example-robot-data:NAME`) -> `(RobotModel, Params)`, with
+    the joints' `<sysid:dynamics>` values (`joint_dynamics`)."""
+    return from_pinocchio(load_pinocchio(urdf, locked_joints, keep_joints), dtype,
+                          joint_dynamics(urdf))
 
 
 def to_pinocchio(model: RobotModel, params: Params) -> pin.Model:

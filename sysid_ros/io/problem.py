@@ -174,7 +174,8 @@ def _load_model(config: Config):
                                f'URDF; movable joints: {", ".join(movable)}')
         try:
             pmodel = model_io.load_pinocchio(cfg.urdf, keep_joints=list(joints) or None)
-            model, params = model_io.from_pinocchio(pmodel)
+            model, params = model_io.from_pinocchio(
+                pmodel, dynamics=model_io.joint_dynamics(cfg.urdf))
         except model_io.ModelError as exc:
             raise config_error(config, 'model.urdf', str(exc)) from exc
         return model, params, lambda link: model_io.frame_in_body(pmodel, link)

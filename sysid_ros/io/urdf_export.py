@@ -17,6 +17,16 @@ import pinocchio as pin
 from sysid_ros.core.model.types import Params, PRISMATIC, RobotModel
 from sysid_ros.io.errors import InputError
 
+__all__ = ['JOINT_DYNAMICS_NAMESPACE', 'JOINT_DYNAMICS_ATTRIBUTES', 'update_urdf',
+           'model_to_urdf']
+
+JOINT_DYNAMICS_NAMESPACE = 'urn:sysid_ros:joint-dynamics'
+# attribute -> its default (written only where a joint's value differs from it)
+JOINT_DYNAMICS_ATTRIBUTES = {'armature': 0.0, 'offset': 0.0, 'gain': 1.0,
+                             'stribeck_torque': 0.0, 'stribeck_velocity': 0.0}
+_JOINT_DYNAMICS = f'{{{JOINT_DYNAMICS_NAMESPACE}}}dynamics'
+ET.register_namespace('sysid', JOINT_DYNAMICS_NAMESPACE)
+
 
 def _fmt(values) -> str:
     return ' '.join(f'{float(v):.12g}' for v in np.atleast_1d(values))
@@ -70,6 +80,18 @@ def _set_dynamics(joint, damping: float, coulomb: float):
     dyn.set('friction', _fmt(coulomb))
 
 
+def _set_joint_dynamics(joint, params: Params, i: int):
+    """Joint i's values of `JOINT_DYNAMICS_ATTRIBUTES` as its `<sysid:dynamics>` (module
+    doc); any earlier one is replaced, none is written where all are at their defaults."""
+    for old in joint.findall(_JOINT_DYNAMICS):
+        joint.remove(old)
+    values = {'armature': params.armature[i], 'offset': params.offset[i],
+              'gain': params.gain[i], 'stribeck_torque': params.stribeck[i, 0],
+              'stribeck_velocity': params.stribeck[i, 1]}
+    if any(float(values[k]) != default for k, default in JOINT_DYNAMICS_ATTRIBUTES.items()):
+        ET.SubElement(joint, _JOINT_DYNAMICS, {k: _fmt(v) for k, v in values.items()})
+
+
 def _set_origin(joint, placement: pin.SE3):
     for old in joint.findall('origin'):
         joint.remove(old)
@@ -101,6 +123,7 @@ def update_urdf(urdf_xml: str, model: RobotModel, nominal: Params, identified: P
         merged = np.asarray(nominal.inertial[i]) - _own_inertial(link)
         _set_inertial(link, np.asarray(identified.inertial[i]) - merged)
         _set_dynamics(joint, identified.damping[i], identified.coulomb[i])
+        _set_joint_dynamics(joint, identified, i)
         # nominal placement = fixed-joint chain * URDF origin; keep the chain, swap the origin.
         fixed_chain = _placement(nominal.placement[i]) * _origin(joint).inverse()
         _set_origin(joint, fixed_chain.inverse() * _placement(identified.placement[i]))
@@ -131,5 +154,6 @@ def model_to_urdf(model: RobotModel, params: Params) -> str:
                           effort=_fmt(min(model.effort_max[i], big)),
                           velocity=_fmt(min(model.v_max[i], big)))
         _set_dynamics(joint, params.damping[i], params.coulomb[i])
+        _set_joint_dynamics(joint, params, i)
     ET.indent(root)
     return ET.tostring(root, encoding='unicode')

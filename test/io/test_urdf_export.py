@@ -1,4 +1,5 @@
-"""Identified parameters written into URDFs load back unchanged through Pinocchio."""
+"""Identified parameters written into URDFs load back unchanged through Pinocchio (and the
+joint values URDF has no element for, through their `sysid:dynamics` element)."""
 
 import dataclasses
 
@@ -17,11 +18,16 @@ def _perturbed(params, seed):
     placement = params.placement + jnp.asarray(rng.normal(scale=0.01, size=(nb, 6)))
     return dataclasses.replace(params, inertial=params.inertial * scale, placement=placement,
                                damping=jnp.asarray(rng.uniform(0.0, 0.5, nb)),
-                               coulomb=jnp.asarray(rng.uniform(0.0, 0.5, nb)))
+                               coulomb=jnp.asarray(rng.uniform(0.0, 0.5, nb)),
+                               armature=jnp.asarray(rng.uniform(0.0, 0.3, nb)),
+                               offset=jnp.asarray(rng.normal(scale=0.2, size=nb)),
+                               gain=jnp.asarray(rng.uniform(0.95, 1.05, nb)),
+                               stribeck=jnp.asarray(rng.uniform(0.0, 0.2, (nb, 2))))
 
 
 def _assert_same(params, reloaded):
-    for name in ('inertial', 'placement', 'damping', 'coulomb'):
+    for name in ('inertial', 'placement', 'damping', 'coulomb', 'armature', 'offset', 'gain',
+                 'stribeck'):
         np.testing.assert_allclose(getattr(reloaded, name), getattr(params, name), atol=1e-9,
                                    err_msg=name)
 
@@ -52,3 +58,15 @@ def test_builder_model_to_urdf():
     model2, reloaded = model_io.load_urdf(urdf_export.model_to_urdf(model, params))
     assert model2.axis == model.axis and model2.parents == model.parents
     _assert_same(params, reloaded)
+
+
+def test_joint_dynamics_are_written_only_where_they_differ_from_their_defaults():
+    model, params = builders.furuta_pendulum(damping=0.05)
+    plain = urdf_export.model_to_urdf(model, params)
+    assert urdf_export.JOINT_DYNAMICS_NAMESPACE not in plain
+    params = dataclasses.replace(params, armature=params.armature.at[1].set(0.02))
+    written = urdf_export.model_to_urdf(model, params)
+    assert written.count('<sysid:dynamics ') == 1
+    assert model_io.joint_dynamics(written) == {model.joint_names[1]: {
+        'armature': 0.02, 'offset': 0.0, 'gain': 1.0, 'stribeck_torque': 0.0,
+        'stribeck_velocity': 0.0}}

@@ -5,7 +5,8 @@ that moves the joints along (q, qd, qdd) is
 
     u = RNEA(q, qd, qdd; params) + f(q, qd; params),   f = -actuator(q, qd, u = 0)
 
-(RNEA with the armature, f the friction and offset torques). The residual r = tau - u of
+(RNEA with the armature, f the friction and offset torques, divided by the gain where one is
+identified). The residual r = tau - u of
 the measured command is Gaussian, independent over the kept samples, with a standard
 deviation sigma_j per joint; for one piece k of N samples
 
@@ -18,9 +19,13 @@ per kept sample, and u is linear in the inertial parameters and friction coeffic
 Causal filter (`filter_samples`; Savitzky & Golay 1964). q, qd and tau go through one causal
 FIR of L = 2 D + 1 taps, the least-squares cubic through the last L samples read at their
 middle sample: its value smooths q, qd and tau, its slope through the measured velocities
-gives the unmeasured qdd (exact for polynomials of degree 4). The output at t_k uses samples
-up to t_k only and estimates every signal at t_{k - D} (one delay for all, so q, qd, qdd and
-tau stay aligned). tau[k] is held from t_k to t_{k+1}, so the torque at the instant t_k is
+gives the unmeasured qdd (exact for polynomials of degree 4). The model's u is filtered like
+tau: RNEA, smooth in the states, at the filtered q, qd, qdd, and f as the value filter of f at
+the L measured samples, since Coulomb friction's sign jumps at a velocity reversal, where the
+filtered torque ramps over the window and f at the filtered velocity would jump (that
+mismatch biased viscous friction up and Coulomb friction down by several of their stds). The
+output at t_k uses samples up to t_k only and estimates every signal at t_{k - D} (one delay
+for all, so q, qd, qdd and tau stay aligned). tau[k] is held from t_k to t_{k+1}, so the torque at the instant t_k is
 (tau[k-1] + tau[k]) / 2. The first L - 1 samples of a trajectory only fill the filter.
 
 Timing (`TorqueData.timing_std`). Torques and joint states offset in time by delta give
@@ -137,6 +142,12 @@ class EquationErrorLikelihood:
             if len(shape) != 3 or shape[2] != nv or shape != data.tau.shape:
                 raise ValueError(f'equation error: {name}: expected (K, N, {nv}) like tau '
                                  f'{tuple(data.tau.shape)}, got {tuple(shape)}')
+        taps = data.tau.shape[:2] + data.smooth.shape + (nv,)
+        for name in ('q_taps', 'qd_taps'):
+            shape = getattr(data, name).shape
+            if shape != taps:
+                raise ValueError(f'equation error: {name}: expected (K, N, L, nv) = {taps}, '
+                                 f'got {tuple(shape)}')
         if data.noise_std.shape != (nv,):
             raise ValueError(f'equation error: noise_std: expected shape {(nv,)}, got '
                              f'{tuple(data.noise_std.shape)}')
@@ -153,6 +164,9 @@ class TorqueData(NamedTuple):
       tau_rate: (K, N, nv) the torques' rates at the same instants [N m/s, N/s].
       timing_std: () std of each piece's offset between torques and states [s] (module
         doc; 0: none).
+      q_taps, qd_taps: (K, N, L, nv) the measured positions and velocities that each kept
+        sample was filtered from, oldest first.
+      smooth: (L,) the value filter's weights [-] (`savitzky_golay_kernels` row 0).
     """
 
     q: jax.Array
@@ -163,6 +177,9 @@ class TorqueData(NamedTuple):
     x0: jax.Array
     tau_rate: jax.Array
     timing_std: jax.Array
+    q_taps: jax.Array
+    qd_taps: jax.Array
+    smooth: jax.Array
 
     @property
     def num_trajectories(self) -> int:
@@ -225,6 +242,11 @@ def _fir(signal: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return windows @ weights
 
 
+def _windows(signal: np.ndarray, num_taps: int) -> np.ndarray:
+    """(T - L + 1, L, D): the samples k .. k + L - 1 of `signal` (T, D), oldest first."""
+    return np.lib.stride_tricks.sliding_window_view(signal, num_taps, axis=0).swapaxes(1, 2)
+
+
 def filter_samples(q, qd, tau, dt: float, num_taps: int) -> dict[str, np.ndarray]:
     """Filtered, aligned and thinned samples of one trajectory (module doc).
 
@@ -237,7 +259,8 @@ def filter_samples(q, qd, tau, dt: float, num_taps: int) -> dict[str, np.ndarray
     Returns:
       {q, qd, qdd, tau, tau_rate}: (floor((T - L) / L) + 1, nv) each, every L-th filter
       output, all estimates at the instant D = (L - 1) / 2 samples before the newest sample
-      they use (tau_rate: the slope through the torques, [N m/s, N/s]).
+      they use (tau_rate: the slope through the torques, [N m/s, N/s]), and
+      {q_taps, qd_taps}: (floor((T - L) / L) + 1, L, nv) the samples each output used.
 
     Raises:
       ValueError: as `savitzky_golay_kernels`, or fewer than L samples.
@@ -249,19 +272,21 @@ def filter_samples(q, qd, tau, dt: float, num_taps: int) -> dict[str, np.ndarray
                          f'{num_taps} taps')
     at_instants = np.concatenate([tau[:1], 0.5 * (tau[1:] + tau[:-1])])
     out = {'q': _fir(q, smooth), 'qd': _fir(qd, smooth), 'qdd': _fir(qd, slope),
-           'tau': _fir(at_instants, smooth), 'tau_rate': _fir(at_instants, slope)}
+           'tau': _fir(at_instants, smooth), 'tau_rate': _fir(at_instants, slope),
+           'q_taps': _windows(q, num_taps), 'qd_taps': _windows(qd, num_taps)}
     return {name: value[::num_taps] for name, value in out.items()}
 
 
-def make_torque_data(setting: EquationErrorLikelihood, q, qd, qdd, tau, tau_rate,
-                     noise_std, timing_std: float = 0.0) -> TorqueData:
-    """TorqueData of K pieces (K, N, nv) each (`filter_samples`' arrays), the noise std
-    (scalar or (nv,)) and the timing std [s] (0: no timing term).
+def make_torque_data(setting: EquationErrorLikelihood, q, qd, qdd, tau, tau_rate, q_taps,
+                     qd_taps, smooth, noise_std, timing_std: float = 0.0) -> TorqueData:
+    """TorqueData of K pieces (K, N, nv) each and their filters' samples (K, N, L, nv)
+    (`filter_samples`' arrays), the value filter's weights (L,), the noise std (scalar or
+    (nv,)) and the timing std [s] (0: no timing term).
 
     Raises:
       ValueError: shapes that do not fit the model, NaN/inf, noise_std <= 0, timing_std < 0.
     """
-    arrays = [np.asarray(a, dtype=float) for a in (q, qd, qdd, tau, tau_rate)]
+    arrays = [np.asarray(a, dtype=float) for a in (q, qd, qdd, tau, tau_rate, q_taps, qd_taps)]
     nv = setting.model.nv
     try:
         noise = np.broadcast_to(np.asarray(noise_std, dtype=float), (nv,)).copy()
@@ -272,31 +297,39 @@ def make_torque_data(setting: EquationErrorLikelihood, q, qd, qdd, tau, tau_rate
         raise ValueError(f'equation error: noise_std: expected > 0 per joint, got {noise}')
     if not timing_std >= 0.0:
         raise ValueError(f'equation error: timing_std: expected >= 0, got {timing_std!r}')
-    for name, array in zip(('q', 'qd', 'qdd', 'tau', 'tau_rate'), arrays):
+    for name, array in zip(('q', 'qd', 'qdd', 'tau', 'tau_rate', 'q_taps', 'qd_taps'), arrays):
         if not np.all(np.isfinite(array)):
             raise ValueError(f'equation error: {name} holds NaN or inf')
-    q, qd, qdd, tau, tau_rate = (jnp.asarray(a) for a in arrays)
+    q, qd, qdd, tau, tau_rate, q_taps, qd_taps = (jnp.asarray(a) for a in arrays)
     data = TorqueData(q, qd, qdd, tau, noise_std=jnp.asarray(noise),
                       x0=jnp.zeros((arrays[3].shape[0], 0)), tau_rate=tau_rate,
-                      timing_std=jnp.asarray(float(timing_std)))
+                      timing_std=jnp.asarray(float(timing_std)), q_taps=q_taps,
+                      qd_taps=qd_taps, smooth=jnp.asarray(np.asarray(smooth, dtype=float)))
     setting.check_data(data)
     return data
 
 
 def torque_residuals(setting: EquationErrorLikelihood, params: Params, data: TorqueData
                      ) -> jax.Array:
-    """(K, N, nv) residuals tau - (RNEA(q, qd, qdd) + f(q, qd)) / gain [N m, N] (module
-    doc)."""
+    """(K, N, nv) residuals tau - (RNEA(q, qd, qdd) + f(q, qd)) / gain [N m, N], f through
+    the value filter at the measured samples (module doc)."""
     actuator_fn = actuators.get_actuator(setting.actuator)
     model = setting.model
-
-    def command(q, qd, qdd):
-        return actuators.command_for(model, params, q, qd,
-                                     rigid_body.rnea(model, params, q, qd, qdd), actuator_fn)
-
     nv = model.nv
+    zero = jnp.zeros(nv, data.tau.dtype)
+
+    def rigid(q, qd, qdd):
+        return rigid_body.rnea(model, params, q, qd, qdd)
+
+    def passive(q, qd):
+        return actuator_fn(model, params, q, qd, zero)
+
     flat = [a.reshape(-1, nv) for a in (data.q, data.qd, data.qdd)]
-    return data.tau - jax.vmap(command)(*flat).reshape(data.tau.shape)
+    taps = [a.reshape(-1, nv) for a in (data.q_taps, data.qd_taps)]
+    at_taps = jax.vmap(passive)(*taps).reshape(data.q_taps.shape)
+    filtered = jnp.einsum('l,knlj->knj', data.smooth, at_taps)
+    rnea = jax.vmap(rigid)(*flat).reshape(data.tau.shape)
+    return data.tau - (rnea - filtered) / params.gain
 
 
 def residual_noise_std(residuals: jax.Array, num_free: int) -> jax.Array:
@@ -347,7 +380,8 @@ def _log_normaliser(data: TorqueData) -> jax.Array:
 def _select(data: TorqueData, index) -> TorqueData:
     return data._replace(q=data.q[index], qd=data.qd[index], qdd=data.qdd[index],
                          tau=data.tau[index], x0=data.x0[index],
-                         tau_rate=data.tau_rate[index])
+                         tau_rate=data.tau_rate[index], q_taps=data.q_taps[index],
+                         qd_taps=data.qd_taps[index])
 
 
 @lik.initial_shooting_states.register(EquationErrorLikelihood)
