@@ -469,8 +469,12 @@ class OnlineConfig:
       divergence_factor: a window whose loss exceeds this times the loss of the particles it
         started from (or is not finite) counts as a divergence: the posterior goes back to the
         last good one [-].
-      save_path: posterior file written on ~/save and at shutdown (`.npz` + `.yaml`; empty:
-        not saved).
+      save_path: posterior file written on ~/save, at shutdown and every `save_interval`
+        (`.npz` + `.yaml`; empty: not saved). A later run of the same configuration resumes
+        from it (`io.online`: same parameters and model, else it starts afresh and says why).
+      save_interval: the posterior is also written to `save_path` this often, after the
+        window that passes it [s, wall], so a killed node loses at most this much (empty:
+        only on ~/save and at shutdown).
       warm_start: posterior file (`.npz`) to start from (empty: Sobol particles).
       push_node: node whose parameters receive estimates, all in one
         rcl_interfaces/srv/SetParametersAtomically request (empty: no push).
@@ -493,6 +497,7 @@ class OnlineConfig:
     forgetting: float = option(1.0, 'float', gt=0.0)
     divergence_factor: float = option(1e3, 'float', gt=1.0)
     save_path: str | None = option(None, 'str', optional=True)
+    save_interval: float | None = option(None, 'float', unit='s', optional=True, gt=0.0)
     warm_start: str | None = option(None, 'str', optional=True)
     push_node: str | None = option(None, 'str', optional=True)
     push_parameters: dict[str, Any] = option({}, 'map')
@@ -509,6 +514,9 @@ class OnlineConfig:
         if not cfg.forgetting <= 1.0:
             raise error(path, 'online.forgetting', f'expected a number in (0, 1], got '
                         f'{cfg.forgetting!r}')
+        if cfg.save_interval is not None and not cfg.save_path:
+            raise error(path, 'online.save_interval', 'needs online.save_path (where to '
+                        'write the posterior)')
         if not cfg.silent_stale > cfg.silent_warn:
             raise error(path, 'online.silent_stale', f'expected a number > online.silent_warn '
                         f'({cfg.silent_warn:g} s), got {cfg.silent_stale!r}')

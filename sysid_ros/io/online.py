@@ -67,7 +67,14 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
     `lower`, `upper` (M,)) and `<stem>.yaml` (names with mean, std and the 95 % interval
     `ci95` that holds the truth at that rate for a calibrated posterior of few particles,
     `core.inference.intervals`; windows, divergences, method), each written to a temporary
-    file in the same folder and renamed into place.
+    file in the same folder and renamed into place. The `.npz` also holds the model's
+    fingerprint (`model_fingerprint`).
+  * Resume: where `online.save_path` holds a posterior of the same parameter names and the
+    same model (an earlier run of this configuration, saved at shutdown, on `~/save` or
+    every `online.save_interval` seconds), the session starts from it rather than from
+    `online.warm_start` or the bounds, as a warm start does (`resumed` says so; `reset`
+    goes back to the configured start). A file of other parameters or another model is
+    left alone (`not_resumed` says why).
 
 The session holds a lock: a worker thread may run `update` while a service callback calls
 `reset` or `save`.
@@ -77,6 +84,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import os
 import threading
 import time
@@ -102,6 +110,7 @@ __all__ = [
     'WindowResult',
     'OnlineSession',
     'window_trajectory',
+    'model_fingerprint',
 ]
 
 # Smallest random-walk std of the sequential prior, as a fraction of the bounds width [-]:
@@ -168,7 +177,8 @@ class OnlineSession:
         (`estimator.method` must be Bayesian; `estimator.window: auto` means `all`: each
         live window is one piece).
       warm_start: posterior file to start from (default: `online.warm_start`; none: the
-        starting particles of `core.inference.particles`).
+        starting particles of `core.inference.particles`); a resumable `online.save_path`
+        comes first (module doc).
 
     Raises:
       ConfigError: a non-Bayesian method, unbounded parameters, unknown push names.
@@ -215,7 +225,14 @@ class OnlineSession:
         self.last_loss = float('nan')
         warm_start = cfg.online.warm_start if warm_start is None else warm_start
         self.warm_start = warm_start
-        self.reset()
+        self.model_id = model_fingerprint(problem)
+        self.resumed, self.not_resumed = '', ''
+        saved = cfg.online.save_path
+        if saved and os.path.exists(posterior_files.posterior_paths(saved)[0]):
+            self.not_resumed = posterior_files.resume_refusal(saved, self.names, self.model_id)
+            if not self.not_resumed:
+                self.resumed = posterior_files.posterior_paths(saved)[0]
+        self._start_from(self.resumed or warm_start)
 
     # ------------------------------------------------------------------------------------------
     # State
@@ -247,13 +264,17 @@ class OnlineSession:
         return theta.mean(axis=0), theta.std(axis=0)
 
     def reset(self) -> None:
-        """Back to the starting particles (the warm-start file if any); the estimator is
-        initialised again on the next window."""
+        """Back to the starting particles (the warm-start file if any, not a resumed one);
+        the estimator is initialised again on the next window."""
+        self._start_from(self.warm_start)
+
+    def _start_from(self, path: str | None) -> None:
+        """The starting particles: those of the posterior file `path`, else the bounds'."""
         with self._lock:
             cfg = self.problem.config
             theta0 = None
-            if self.warm_start:
-                theta0 = posterior_files.load_posterior(self.warm_start, self.names)
+            if path:
+                theta0 = posterior_files.load_posterior(path, self.names)
                 if len(theta0) != self.num_particles:   # resample to the configured count
                     theta0 = theta0[self._rng.integers(0, len(theta0), self.num_particles)]
             self._particles = particles.initial_particles(
@@ -263,8 +284,8 @@ class OnlineSession:
             self._summary = None
             self._innovations = collections.deque(maxlen=NOISE_SCALE_WINDOWS)
             self._noise_scale = 1.0
-            # A warm-start file is a previous posterior; Sobol particles are the bounds prior.
-            self._has_posterior = bool(self.warm_start)
+            # A posterior file is a previous posterior; Sobol particles are the bounds prior.
+            self._has_posterior = bool(path)
 
     def sequential_prior(self) -> GaussianPrior | None:
         """The prior of the next window: the current particles as a Gaussian with forgetting
@@ -529,8 +550,22 @@ class OnlineSession:
             if locked:
                 self._lock.release()
         posterior_files.write_posterior(npz, yml, theta, self.names, self.lower, self.upper,
-                                        summary)
+                                        summary, self.model_id)
         return npz, yml
+
+
+def model_fingerprint(problem: Problem) -> str:
+    """A short hash of what a posterior belongs to: the model's name, joints and links, its
+    nominal parameters, the integrator and the identified parameters' names and bounds."""
+    spec, model = problem.spec, problem.model
+    digest = hashlib.sha256()
+    for part in (model.name, *model.joint_names, *model.link_names, *spec.names,
+                 problem.config.model.integrator):
+        digest.update(str(part).encode() + b'\0')
+    for array in (*jax.tree_util.tree_leaves(problem.base_params), spec.lower_bounds,
+                  spec.upper_bounds):
+        digest.update(np.round(np.asarray(array, dtype=float), 12).tobytes())
+    return digest.hexdigest()[:16]
 
 
 def _laplace_windows(prepared: estimator_data.MethodData) -> bool:

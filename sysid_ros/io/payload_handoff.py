@@ -187,7 +187,7 @@ def refusals(payload: HeldPayload, steady: bool, limits: GateLimits,
                          f'[{lower:g}, {upper:g}]')
     if change and not change * (payload.mass - previous_mass) > CHANGE_STDS * payload.mass_std:
         found.append(f'mass {payload.mass:.4g} kg is not {"above" if change > 0 else "below"} '
-                     f'the current load\'s {previous_mass:.4g} kg by {CHANGE_STDS:g} stds '
+                     f"the current load's {previous_mass:.4g} kg by {CHANGE_STDS:g} stds "
                      f'({payload.mass_std:.2g} kg), as a load '
                      f'{"picked up" if change > 0 else "put down"} would be')
     return found

@@ -1,6 +1,7 @@
 """Posterior files of the live session: `<stem>.npz` (`particles` (P, M), `names` (M,),
-`lower`, `upper` (M,)) beside `<stem>.yaml` (a plain summary), each written to a temporary
-file in the same folder and renamed into place, so that a reader never sees half a file.
+`lower`, `upper` (M,), `model`: the fingerprint of the model they belong to) beside
+`<stem>.yaml` (a plain summary), each written to a temporary file in the same folder and
+renamed into place, so that a reader never sees half a file, even after a kill mid-write.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import yaml
 
 from sysid_ros.io.trajectory import DataError
 
-__all__ = ['posterior_paths', 'write_atomic', 'write_posterior', 'load_posterior']
+__all__ = ['posterior_paths', 'write_atomic', 'write_posterior', 'load_posterior',
+           'resume_refusal']
 
 
 def posterior_paths(path: str | os.PathLike) -> tuple[str, str]:
@@ -69,10 +71,31 @@ def load_posterior(path: str | os.PathLike, names) -> np.ndarray:
     return particles
 
 
-def write_posterior(npz: str, yml: str, theta, names, lower, upper, summary: dict) -> None:
-    """Write particles `theta` (P, M) with their `names`, `lower` and `upper` (M,) bounds to
-    `npz`, and the plain `summary` to `yml`, each atomically (`write_atomic`)."""
+def resume_refusal(path: str | os.PathLike, names, model: str) -> str:
+    """Why the posterior file `path` cannot be resumed by a session of parameters `names`
+    (M,) on the model of fingerprint `model`; '' when it can (the same names, in any order,
+    and the same model)."""
+    npz, _ = posterior_paths(path)
+    try:
+        with np.load(npz, allow_pickle=False) as f:
+            stored = [str(n) for n in f['names']]
+            saved_model = str(f['model']) if 'model' in f else ''
+    except (OSError, ValueError, KeyError) as exc:
+        return f'{npz}: cannot read it ({exc})'
+    if sorted(stored) != sorted(names):
+        return (f'{npz} holds other parameters ({", ".join(sorted(set(stored) ^ set(names)))} '
+                'differ)')
+    if saved_model != model:
+        return f'{npz} was saved for another model (fingerprint {saved_model or "none"})'
+    return ''
+
+
+def write_posterior(npz: str, yml: str, theta, names, lower, upper, summary: dict,
+                    model: str = '') -> None:
+    """Write particles `theta` (P, M) with their `names`, `lower` and `upper` (M,) bounds and
+    the `model` fingerprint to `npz`, and the plain `summary` to `yml`, each atomically
+    (`write_atomic`)."""
     write_atomic(npz, lambda f: np.savez(f, particles=theta, names=np.array(names),
-                                         lower=lower, upper=upper))
+                                         lower=lower, upper=upper, model=np.array(model)))
     text = yaml.safe_dump(summary, sort_keys=False).encode('utf-8')
     write_atomic(yml, lambda f: f.write(text))

@@ -8,7 +8,8 @@ configuration, `robot_description` or its topic), checks it against Pinocchio, c
 topics and services and compiles the estimator; a failure leaves the node unconfigured with
 the reason logged. Activate consumes measurements (from an empty window buffer), publishes and
 pushes; deactivate stops that and keeps the posterior; cleanup and shutdown write the
-posterior to `online.save_path` (once it saw a window) and release the topics. With
+posterior to `online.save_path` (once it saw a window; also every `online.save_interval`
+while it runs, and a restart resumes from that file: `io.online`) and release the topics. With
 `autostart` the node configures and activates itself at start; without, it waits for a
 lifecycle manager (`ros2 lifecycle set`, launch_ros's LifecycleNode as in
 launch/sysid.launch.py).
@@ -261,7 +262,13 @@ class EstimatorNode(LifecycleNode):
         cfg = problem.config
         params.declare(self, params.config_parameters(cfg))
         self.session = online.OnlineSession(problem)
+        if self.session.resumed:
+            self.get_logger().info(f'resuming from {self.session.resumed}')
+        elif self.session.not_resumed:
+            self.get_logger().warning(f'starting afresh, not resuming: '
+                                      f'{self.session.not_resumed}')
         self._online = cfg.online
+        self._saved_at = time.monotonic()
         data = cfg.data
         from_command = data.torque_source != config_sections.TORQUE_FROM_JOINT_STATES
         self.buffer = WindowBuffer(problem.joint_names, data.rate, cfg.online.window_length,
@@ -522,9 +529,23 @@ class EstimatorNode(LifecycleNode):
                         'diverged; the posterior went back to the last good one')
                 if self._active.is_set():       # not deactivated meanwhile
                     self._publish(result, window, result.predicted)
+                self._save_on_interval()
         except Exception as exc:                 # report, keep the node (and its files) alive
             if not self._stop.is_set():
                 self.get_logger().error(f'estimator worker stopped: {exc!r}')
+
+    def _save_on_interval(self) -> None:
+        """Write the posterior to `online.save_path` once `online.save_interval` has passed
+        since the last write (module doc: a killed node resumes from it)."""
+        interval = self._online.save_interval
+        if interval is None or time.monotonic() - self._saved_at < interval:
+            return
+        try:
+            self.session.save(self._online.save_path)
+        except OSError as exc:
+            self.get_logger().warning(f'posterior not saved to {self._online.save_path}: '
+                                      f'{exc}')
+        self._saved_at = time.monotonic()
 
     def _check_inputs(self, window) -> None:
         """The input checks (`io.input_checks`) on the first window: each failed one WARNs

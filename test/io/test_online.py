@@ -151,6 +151,30 @@ def test_save_load_and_warm_start_from_file(problem, run, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ['posterior.npz', 'posterior.yaml']
 
 
+def test_a_session_resumes_from_its_save_path_of_the_same_model_only(problem, run, tmp_path):
+    stem = str(tmp_path / 'live')
+    npz, _ = run[0].save(stem)
+    saving = dataclasses.replace(problem, config=dataclasses.replace(
+        problem.config, online=dataclasses.replace(problem.config.online, save_path=stem)))
+    resumed = online.OnlineSession(saving)
+    assert resumed.resumed == npz and resumed.not_resumed == ''
+    np.testing.assert_allclose(resumed.particles, run[0].particles,
+                               atol=1e-3 * np.max(resumed.upper - resumed.lower))
+    assert resumed.sequential_prior() is not None        # a posterior, not the bounds
+    resumed.reset()                                       # back to the configured start
+    assert resumed.sequential_prior() is None
+    # Another model (a heavier nominal link) or other parameters: left alone, with the reason.
+    cfg = saving.config
+    heavier = pipeline.build_problem(dataclasses.replace(cfg, model=dataclasses.replace(
+        cfg.model, builder_args={**cfg.model.builder_args, 'm2': 1.5})))
+    fresh = online.OnlineSession(heavier)
+    assert fresh.resumed == '' and 'saved for another model' in fresh.not_resumed
+    fewer = {k: v for k, v in config_io.to_dict(cfg)['parameters'].items() if k != 'joint2'}
+    other = pipeline.build_problem(config_io.from_dict(
+        {**config_io.to_dict(cfg), 'parameters': fewer}))
+    assert 'holds other parameters' in online.OnlineSession(other).not_resumed
+
+
 def test_bad_posterior_files_name_the_file(problem, tmp_path):
     with pytest.raises(DataError, match='missing.npz'):
         posterior_files.load_posterior(tmp_path / 'missing.npz', problem.names)
@@ -175,6 +199,9 @@ def test_online_config_is_validated():
     assert config_io.from_dict(d).online.push_parameters == {'link2.mass': 'payload_mass'}
     d['online'] = {'push_parameters': {'link2': {'mass': 3}}}
     with pytest.raises(config_io.ConfigError, match='online.push_parameters.link2.mass'):
+        config_io.from_dict(d)
+    d['online'] = {'save_interval': 10.0}
+    with pytest.raises(config_io.ConfigError, match='online.save_interval: needs online.save'):
         config_io.from_dict(d)
 
 

@@ -436,6 +436,39 @@ def test_sigint_during_inference_leaves_a_readable_posterior(live, ros, start_no
     assert sim.interrupt(timeout=60.0) == 0, sim.output()
 
 
+@pytest.mark.slow
+def test_a_killed_estimator_resumes_from_its_interval_save(live, ros, start_node):
+    """A node saving every second is killed (SIGKILL) mid-run and started again; it resumes
+    from the file and after 3 windows its stds are within 2x of those before the kill."""
+    got, save = live['got'], live['save']
+    sim = start_node('sysid_ros.ros.sim_robot', *SIM_ARGS)
+    interval = ('--params-file', CONFIG, '-p', f'online.save_path:={save}',
+                '-p', 'online.save_interval:=1.0')
+    est = start_node('sysid_ros.ros.estimator', *interval)
+    try:
+        assert ros.spin_until(lambda: '[estimator]: active' in est.output()
+                              or not est.running(), START_TIMEOUT), est.output()
+        count = len(got['estimates'])
+        assert ros.spin_until(lambda: len(got['estimates']) >= count + 4 or not est.running(),
+                              ESTIMATE_WAIT), est.output()
+        npz = posterior_files.posterior_paths(save)[0]
+        written = pathlib.Path(npz).stat().st_mtime
+        assert ros.spin_until(lambda: pathlib.Path(npz).stat().st_mtime > written, 30.0)
+        before = np.array([std for _, std in got['estimates'][-1].values()])
+        est.kill()                                           # SIGKILL: nothing written at exit
+        again = start_node('sysid_ros.ros.estimator', *interval)
+        assert ros.spin_until(lambda: 'resuming from' in again.output()
+                              or not again.running(), START_TIMEOUT), again.output()
+        count = len(got['estimates'])
+        assert ros.spin_until(lambda: len(got['estimates']) >= count + 3
+                              or not again.running(), ESTIMATE_WAIT), again.output()
+        after = np.array([std for _, std in got['estimates'][count + 2].values()])
+        assert np.all(after <= 2.0 * before), (before, after)
+        assert again.interrupt(timeout=30.0) == 0, again.output()
+    finally:
+        sim.interrupt(timeout=60.0)
+
+
 def test_an_unknown_parameter_stops_the_node_with_one_clear_message(typo_run):
     status = typo_run.wait(60.0)
     out = typo_run.output()
