@@ -31,8 +31,13 @@ non-linear least squares problems" §3.2):
      residuals and Jacobians at the trial in one pass.
   3. Accepted if the cost fell: lambda *= max(1/3, 1 - (2 rho - 1)^3), nu = 2, with rho the
      actual over the predicted reduction; else lambda *= nu, nu *= 2.
-  4. Converged when an accepted step lowered the cost by at most FTOL of it, or the damping
-     exceeded MAX_DAMPING (no step lowers the cost any more).
+  4. Converged when the Gauss-Newton step from theta is shorter than STEP_TOL standard
+     deviations (its Newton decrement g^T C^-1 g below STEP_TOL^2 s^2, with C the reduced
+     Hessian and s^2 = sum |r|^2 / (n K - M) the residuals' variance, so that a noise level
+     set too high or too low does not end the fit early or late: the answer no longer
+     changes on the scale of its own uncertainty), when an accepted step lowered the cost by
+     at most FTOL of it, or when the damping exceeded MAX_DAMPING (no step lowers the cost
+     any more).
 
 Covariance (`laplace_covariance`): the Schur complement C = H_tt - sum_k H_ts_k H_ss_k^-1
 H_st_k is the Gauss-Newton Hessian of theta with the starts profiled out, C_k = A_k^T A_k -
@@ -62,12 +67,13 @@ import jax.numpy as jnp
 
 from sysid_ros.core.inference.base import Kernel, KernelData
 
-__all__ = ['FTOL', 'MAX_DAMPING', 'INITIAL_DAMPING', 'DIAG_FLOOR', 'Linearization',
+__all__ = ['FTOL', 'STEP_TOL', 'MAX_DAMPING', 'INITIAL_DAMPING', 'DIAG_FLOOR', 'Linearization',
            'LMState', 'LMInfo', 'linearize', 'build_kernel', 'run', 'schur_hessian',
            'posterior_covariance', 'laplace_covariance', 'covariance_dof', 'Identifiability',
            'identifiability']
 
 FTOL = 1e-10
+STEP_TOL = 1e-2                 # [standard deviations] of a step that no longer counts
 MAX_DAMPING = 1e10
 INITIAL_DAMPING = 1e-3
 DIAG_FLOOR = 1e-12
@@ -176,6 +182,14 @@ def _eliminate(lin: Linearization, damping):
     return reduced, gradient, inv_st, inv_g
 
 
+def _decrement(reduced, gradient, free) -> jax.Array:
+    """() g^T C^-1 g over the free parameters (the Newton decrement of the reduced
+    Hessian C, its diagonal floored as the damping is, so unseen directions count as none)."""
+    system = reduced + jnp.diag(_floored(jnp.diagonal(reduced))) * DIAG_FLOOR
+    system = jnp.where(free[:, None] & free[None, :], system, jnp.eye(gradient.shape[0]))
+    return gradient @ jnp.linalg.solve(system, gradient)
+
+
 def schur_hessian(lin: Linearization) -> jax.Array:
     """(M, M) Gauss-Newton Hessian of theta with the starts profiled out (module doc)."""
     return _eliminate(lin, 0.0)[0]
@@ -216,6 +230,9 @@ def build_kernel(block_residual_fn: Callable, lower, upper) -> Kernel:
         reduced, gradient, inv_st, inv_g = _eliminate(lin, state.damping)
         held = ((theta <= lower) & (gradient > 0)) | ((theta >= upper) & (gradient < 0))
         free = ~held
+        settled = _decrement(reduced, jnp.where(free, gradient, 0.0), free) <= (
+            STEP_TOL ** 2 * lin.sum_squares
+            / jnp.maximum(lin.num_residuals - theta.shape[0], 1.0))
         system = reduced + state.damping * jnp.diag(_floored(jnp.diagonal(lin.h_tt)))
         system = jnp.where(free[:, None] & free[None, :], system, jnp.eye(theta.shape[0]))
         delta = jnp.linalg.solve(system, jnp.where(free, -gradient, 0.0))
@@ -232,8 +249,8 @@ def build_kernel(block_residual_fn: Callable, lower, upper) -> Kernel:
         rho = reduction / jnp.where(predicted > 0.0, predicted, jnp.inf)
         shrink = jnp.maximum(1.0 / 3.0, 1.0 - (2.0 * rho - 1.0) ** 3)
         damping = jnp.where(accepted, state.damping * shrink, state.damping * state.nu)
-        converged = ((accepted & (reduction <= FTOL * lin.cost)) | (damping > MAX_DAMPING)
-                     | state.converged)
+        converged = (settled | (accepted & (reduction <= FTOL * lin.cost))
+                     | (damping > MAX_DAMPING) | state.converged)
 
         def pick(new, old):
             return jax.tree_util.tree_map(lambda n, o: jnp.where(accepted, n, o), new, old)
