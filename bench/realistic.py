@@ -14,8 +14,10 @@ error (`estimator.residual: equation_error`), the payload's mass and centre of m
 joint's viscous and Coulomb friction, torque offset and reflected rotor inertia (armature:
 a geared arm's is comparable to its distal links' inertia, and a payload fit without it
 absorbs it: 42-68 % heavy on one truth), the torque noise estimated from the data
-(`data.torque_noise_std` empty), efforts read at their stamps
-(`data.torque_samples: instantaneous`), the filter window chosen by the fit. Scored per fit:
+(`data.torque_noise_std` empty), the filter window chosen by the fit. The recordings hand
+their efforts, measured at their stamps, over held as a bag read with
+`data.torque_samples: instantaneous` does (`realistic_arm.RealisticArm.record`). Scored per
+fit:
 
   * payload error: |mass - truth| / truth [%];
   * coverage: whether each truth lies in the fit's central 90 % interval
@@ -66,7 +68,7 @@ def fit_config() -> dict:
                                            'y': {'min': -0.2, 'max': 0.2},
                                            'z': {'min': -0.1, 'max': 0.3}}},
                        **{joint: friction for joint in JOINTS}},
-        'data': {'rate': RATE, 'torque_samples': 'instantaneous'},
+        'data': {'rate': RATE},
         'estimator': {'method': 'lm', 'residual': 'equation_error'},
     }
 

@@ -3,11 +3,13 @@ and a fit of a simulated two-link arm that recovers its truth within its uncerta
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 from jax.test_util import check_grads
 import numpy as np
 import pytest
 
+from sysid_ros.core.dynamics import actuators, rigid_body
 from sysid_ros.core.likelihoods import equation_error as ee
 from sysid_ros.core.likelihoods import likelihood as lik
 from sysid_ros.core.likelihoods import shooting_windows
@@ -187,3 +189,40 @@ def test_lm_recovers_the_truth_within_its_uncertainty(problem, recording, truth,
     params = problem.spec.to_params(jnp.asarray(truth), problem.base_params)
     at_truth = ee.residual_noise_std(ee.torque_residuals(setting, params, data), 0)
     np.testing.assert_allclose(data.noise_std, at_truth, rtol=0.2)
+
+
+
+def test_friction_is_filtered_at_the_measured_samples_like_the_torques(problem, truth):
+    # Torques filtered from exact ones at the samples of a slow motion with velocity
+    # reversals and strong Coulomb friction, over a 0.1 s filter: the residuals at the truth
+    # are the filter's small bias on the rigid-body torque only. Friction taken at the
+    # filtered velocities instead jumps at each reversal where the filtered torque ramps
+    # (measured: RMS residuals 3e-6 N m against a mismatch of 0.065 and 0.030 N m).
+    dt, taps = 1.0 / RATE, 21
+    t = np.arange(0.0, 10.0, dt)[:, None]
+    amplitude, rate, phase = np.array([0.8, 0.6]), np.array([1.3, 1.7]), np.array([0.0, 0.5])
+    q = amplitude * np.sin(rate * t + phase)
+    qd = amplitude * rate * np.cos(rate * t + phase)
+    qdd = -amplitude * rate ** 2 * np.sin(rate * t + phase)
+    theta = truth.copy()
+    theta[problem.spec.index('joint1.coulomb')] = 0.8
+    theta[problem.spec.index('joint2.coulomb')] = 0.4
+    params = problem.spec.to_params(jnp.asarray(theta), problem.base_params)
+    setting = ee.make_equation_error_likelihood(problem.model, 'coulomb_viscous')
+    model, actuator = problem.model, actuators.get_actuator('coulomb_viscous')
+    exact = np.asarray(jax.vmap(lambda *x: actuators.command_for(
+        model, params, x[0], x[1], rigid_body.rnea(model, params, *x), actuator))(q, qd, qdd))
+    smooth = ee.savitzky_golay_kernels(taps, dt)[0]
+    out = ee.filter_samples(q, qd, exact, dt, taps)
+    # The value filter of the exact torques at the samples (what a measurement gives).
+    out['tau'] = ee.filter_samples(exact, qd, exact, dt, taps)['q']
+    data = ee.make_torque_data(setting, **{k: v[None] for k, v in out.items()},
+                               smooth=smooth, noise_std=1.0)
+    at_truth = np.sqrt(np.mean(np.square(ee.torque_residuals(setting, params, data)),
+                               axis=(0, 1)))
+    sign = np.tanh(np.asarray(data.qd) / actuators.DEFAULT_EPS)
+    filtered = np.einsum('l,knlj->knj', smooth,
+                         np.tanh(np.asarray(data.qd_taps) / actuators.DEFAULT_EPS))
+    mismatch = np.sqrt(np.mean(np.square(np.asarray(params.coulomb) * (sign - filtered)),
+                               axis=(0, 1)))
+    assert np.all(mismatch > 0.02) and np.all(at_truth < 1e-3 * mismatch), (at_truth, mismatch)
