@@ -6,9 +6,8 @@ that moves the joints along (q, qd, qdd) is
     u = RNEA(q, qd, qdd; params) + f(q, qd; params),   f = -actuator(q, qd, u = 0)
 
 (RNEA with the armature, f the friction and offset torques, divided by the gain where one is
-identified). The residual r = tau - u of
-the measured command is Gaussian, independent over the kept samples, with a standard
-deviation sigma_j per joint; for one piece k of N samples
+identified). The residual r = tau - u of the measured command is Gaussian, independent over
+the kept samples, with a standard deviation sigma_j per joint; for one piece k of N samples
 
     log p_k = -1/2 sum_{n, j} (r_knj / sigma_j)^2 - N sum_j log(sqrt(2 pi) sigma_j),
 
@@ -25,8 +24,9 @@ the L measured samples, since Coulomb friction's sign jumps at a velocity revers
 filtered torque ramps over the window and f at the filtered velocity would jump (that
 mismatch biased viscous friction up and Coulomb friction down by several of their stds). The
 output at t_k uses samples up to t_k only and estimates every signal at t_{k - D} (one delay
-for all, so q, qd, qdd and tau stay aligned). tau[k] is held from t_k to t_{k+1}, so the torque at the instant t_k is
-(tau[k-1] + tau[k]) / 2. The first L - 1 samples of a trajectory only fill the filter.
+for all, so q, qd, qdd and tau stay aligned). tau[k] is held from t_k to t_{k+1}, so the
+torque at the instant t_k is (tau[k-1] + tau[k]) / 2. The first L - 1 samples of a
+trajectory only fill the filter.
 
 Timing (`TorqueData.timing_std`). Torques and joint states offset in time by delta give
 tau(t + delta) ~ tau(t) + delta tau'(t). Each piece k carries an unknown offset
