@@ -47,14 +47,18 @@ __all__ = ['start_point_fit', 'fit_estimator']
 
 
 def start_point_fit(problem: Problem, trajs, seed: int, log: Callable | None = None,
-                    prior: GaussianPrior | None = None) -> FitResult:
+                    prior: GaussianPrior | None = None, theta0=None) -> FitResult:
     """The point fit a Bayesian method with `estimator.init: point` starts from: the default
-    point method on single-shooting windows from the data (`window: auto`), with `prior`."""
+    point method as `sysid fit` runs it by default, one start on single-shooting windows from
+    the data (`window: auto`), with `prior`. One start, whatever `estimator.particles` says
+    (the Bayesian method's count, not restarts): P particles do not cost P fits. `theta0`
+    (M,): where it starts (None: the configured start, as lm's)."""
     cfg = problem.config.estimator
     single = dataclasses.replace(problem, config=dataclasses.replace(
-        problem.config, estimator=dataclasses.replace(cfg, shooting_windows=1, window='auto')))
+        problem.config, estimator=dataclasses.replace(cfg, shooting_windows=1, window='auto',
+                                                      particles=1)))
     return fit_estimator(single, trajs, registry.DEFAULT_POINT_METHOD, START_FIT_ITERATIONS,
-                         seed=seed, log=log, prior=prior)
+                         seed=seed, log=log, prior=prior, theta0=theta0)
 
 
 def fit_estimator(problem: Problem, trajs, method: str, iterations: int,

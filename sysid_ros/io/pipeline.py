@@ -166,9 +166,10 @@ def _fit_with_step(problem: Problem, trajs, method: str, fit_once: Callable, the
     """`fit` with the integration step chosen from the data (`model.dt` empty): at the
     estimate of a fit at the sample period (the point method's own fit, or a Bayesian
     method's start fit), which is kept where that step is fine enough; else the method runs
-    (again) at the finer step. At the spec's starting values the step would be chosen for
-    motions the robot did not make: the held-out Panda's undamped start needed more than
-    16 RK4 steps per 5 ms sample, its estimate 1."""
+    (again) at the finer step, a Bayesian method from its start fit run again there (so
+    that it starts where the default lm fit ends). At the spec's starting values the step
+    would be chosen for motions the robot did not make: the held-out Panda's undamped start
+    needed more than 16 RK4 steps per 5 ms sample, its estimate 1."""
     bayesian = registry.lookup(method).bayesian
     if bayesian:
         probe = start_point_fit(problem, trajs, seed, prior=prior)
@@ -178,13 +179,16 @@ def _fit_with_step(problem: Problem, trajs, method: str, fit_once: Callable, the
         return probe
     finer, step = integration_step.resolve(problem, trajs, theta=probe.estimate)
     log(step.describe(finer))
-    if not bayesian and finer.substeps == problem.substeps:
-        result = probe
+    if finer.substeps == problem.substeps:
+        result = probe if not bayesian else fit_once(finer, theta0, point=probe)
     elif not bayesian:
         log(f'{method}: fitting again at {finer.substeps} steps per sample, from its estimate')
         result = fit_once(finer, probe.estimate)
-    else:
-        result = fit_once(finer, theta0, point=probe)
+    else:           # its start fit is then lm's fit again at that step, as lm's own would be
+        log(f'{method}: its start fit again at {finer.substeps} steps per sample, from its '
+            'estimate')
+        point = start_point_fit(finer, trajs, seed, prior=prior, theta0=probe.estimate)
+        result = fit_once(finer, theta0, point=point)
     result.info.update(substeps=step.substeps, discretisation_error={
         str(s): e for s, e in step.errors.items()})
     return result

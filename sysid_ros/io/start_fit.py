@@ -27,8 +27,9 @@ from sysid_ros.io.window_refit import refit_windows
 
 __all__ = ['START_FIT_ITERATIONS', 'Start', 'fit_start']
 
-# Steps of the point fit that starts a Bayesian method (`estimator.init: point`).
-START_FIT_ITERATIONS = 100
+# Steps of the point fit that starts a Bayesian method (`estimator.init: point`): as many as
+# `sysid fit`'s default lm takes (`estimator.iterations`' default), so that it is that fit.
+START_FIT_ITERATIONS = 200
 
 
 class Start(NamedTuple):
@@ -38,7 +39,8 @@ class Start(NamedTuple):
       prepared: the method's data (`estimator_data.method_data`), refitted where it could.
       theta: (P, M) starting particles [physical units].
       joint_fit: ((M,) mode, (M, M) Laplace covariance) of the windows' joint fit, or None.
-      info: plain description of the start (`FitResult.info`): 'start_fit', 'joint_fit'.
+      info: plain description of the start (`FitResult.info`): 'start_fit' (its summary),
+        'start_fit_estimate' (name -> value), 'joint_fit'.
     """
 
     prepared: estimator_data.MethodData
@@ -61,6 +63,7 @@ def fit_start(problem: Problem, trajs, method: str, data_kind: str, point: FitRe
     joint_fit = None
     if point is not None:
         info['start_fit'] = _summary(point)
+        info['start_fit_estimate'] = {n: float(v) for n, v in zip(point.names, point.estimate)}
         log(f'{method}: starting from the {point.method} estimate ({info["start_fit"]})')
         if point.warnings or point.covariance is None:
             log(f'{method}: the start fit did not converge; starting from Sobol points')
