@@ -51,7 +51,6 @@ def test_other_drivers_write_no_description_file():
     assert description_files.description_files(_problem('generic'), np.zeros(2)) == {}
 
 
-
 UR_JOINTS = ['shoulder_pan_joint', 'shoulder_lift_joint', 'elbow_joint', 'wrist_1_joint',
              'wrist_2_joint', 'wrist_3_joint']
 UR_LINKS = ['shoulder', 'upper_arm', 'forearm', 'wrist_1', 'wrist_2', 'wrist_3']

@@ -98,4 +98,4 @@ def test_gate_holds_a_load_change_of_the_wrong_sign_or_within_the_noise():
     assert refusals(estimate, True, LIMITS, BOUNDS, previous_mass=1.5, change=-1) == []
     # 1.2 kg after 1.17 kg is within two of its 0.02 kg stds: not evidently picked up
     within, = refusals(estimate, True, LIMITS, BOUNDS, previous_mass=1.17, change=1)
-    assert 'not above the current load\'s 1.17 kg by 2 stds' in within
+    assert "not above the current load's 1.17 kg by 2 stds" in within
