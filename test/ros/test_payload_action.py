@@ -223,14 +223,20 @@ def test_excite_that_fails_or_is_not_configured_applies_nothing(graph, flange_of
     assert not result.success
     assert result.message == 'excite: no payload_excitation trajectory is configured'
     action.destroy()
-    StandInController(robot, drivers.DRIVERS['franka'].trajectory_controller, mode='abort',
-                      lead=0.2)
+    controller = StandInController(robot, drivers.DRIVERS['franka'].trajectory_controller,
+                                   mode='abort', lead=0.2)
     action = _action(node, flange_offset, excite=excitation_file)
     _feed(action, np.array([0.01, 0.002, 0.002, 0.003]), windows=60)
     result, _ = _run_goal(node, excite=True)
     assert not result.applied
     assert result.message.startswith('excite: goal aborted: error_code')
     assert 'PATH_TOLERANCE_VIOLATED' in result.message and 'nothing applied' in result.message
+    action.destroy()
+    controller.destroy()
+    StandInController(robot, drivers.DRIVERS['franka'].trajectory_controller, mode='reject')
+    action = _action(node, flange_offset, excite=excitation_file)
+    result, _ = _run_goal(node, excite=True)
+    assert not result.success and 'goal rejected' in result.message
     assert franka.requests == []
 
 
