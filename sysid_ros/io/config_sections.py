@@ -275,8 +275,9 @@ class DataConfig:
       torque_samples: what a torque sample is: `held` (a command held until the next sample,
         e.g. a controller running at `data.rate`) or `instantaneous` (the value at the stamp
         of a torque that varies between samples, e.g. measured efforts); each period then
-        gets the mean of its two ends (`trajectory.hold_torques`). Applies to bags and live
-        windows; trajectory files hold tau[k] by their own convention.
+        gets the mean of its two ends (`trajectory.hold_torques`). Applies to bags, logs read
+        through `layout` and live windows; trajectory files hold tau[k] by their own
+        convention.
       mocap_topics: geometry_msgs/PoseStamped topics, one per tracked body.
       mocap_frames: the link (or fixed URDF frame) whose pose each of `mocap_topics`
         measures, in the same order; the poses then enter the output-error likelihood

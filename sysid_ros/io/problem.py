@@ -45,7 +45,7 @@ from sysid_ros.io import model_io
 from sysid_ros.io import trajectory as trajectory_io
 from sysid_ros.io import urdf_export
 from sysid_ros.io.config import Config, config_error
-from sysid_ros.io.trajectory import DataError, Trajectory
+from sysid_ros.io.trajectory import DataError, hold_torques, Trajectory
 
 __all__ = [
     'Problem',
@@ -299,8 +299,9 @@ def prepare_trajectories(problem: Problem, trajectories: Sequence[Trajectory | s
         elif problem.config.data.layout:
             revolute = [kind != PRISMATIC for kind in problem.model.joint_types]
             traj = log_layout.read_log(item, problem.config.data.layout, joints, revolute)
-            traj = dataclasses.replace(
-                traj, tau=drivers.joint_torques(traj.tau, problem.config.data))
+            traj = hold_torques(dataclasses.replace(
+                traj, tau=drivers.joint_torques(traj.tau, problem.config.data)),
+                problem.config.data.torque_samples)
         else:
             traj = trajectory_io.load_trajectory(item, joints)
         if traj.nv != len(joints):

@@ -17,11 +17,11 @@ KUKA = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'shared', 'data
 GAINS = (11.0, 3.5)
 
 
-def _problem(layout, rate=100.0):
+def _problem(layout, rate=100.0, **data):
     return pipeline.build_problem(from_dict({
         'model': {'builder': 'double_pendulum'},
         'parameters': {'link2': {'mass': {'min': 0.05, 'max': 0.5}}},
-        'data': {'rate': rate, 'torque_gains': list(GAINS), 'layout': layout}}))
+        'data': {'rate': rate, 'torque_gains': list(GAINS), 'layout': layout, **data}}))
 
 
 def _truth(num=400, rate=100.0):
@@ -50,6 +50,19 @@ def test_a_foreign_csv_is_read_in_model_units_with_torques_from_currents(tmp_pat
     np.testing.assert_allclose(traj.q, q, atol=1e-12)
     np.testing.assert_allclose(traj.qd, qd, atol=1e-12)
     np.testing.assert_allclose(traj.tau, current * np.asarray(GAINS), atol=1e-12)
+
+
+def test_efforts_read_at_their_stamps_are_held_as_their_periods_means(tmp_path):
+    t, q, qd, current = _truth()
+    path = tmp_path / 'log.npz'
+    np.savez(path, t=t, q=q, qd=qd, i=current)
+    layout = {'time': 't', 'position': 'q', 'velocity': 'qd', 'effort': 'i'}
+    (held,) = pipeline.prepare_trajectories(_problem(layout), [str(path)])
+    (stamped,) = pipeline.prepare_trajectories(
+        _problem(layout, torque_samples='instantaneous'), [str(path)])
+    torque = current * np.asarray(GAINS)
+    np.testing.assert_allclose(held.tau, torque, atol=1e-12)
+    np.testing.assert_allclose(stamped.tau[:-1], 0.5 * (torque[:-1] + torque[1:]), atol=1e-12)
 
 
 def test_without_velocities_they_are_differenced_from_positions(tmp_path):
