@@ -86,11 +86,11 @@ def main() -> None:
             duration=payload_demo.EXCITATION if args.quick else None)
         case = payload_demo.run_case(robot, config, args.seed, folder, trajectory)
         error = case.error_pct()
-        print(f'{robot.name}: payload {case["mass"]:.3f} kg, handed {case["handed"]}, last '
-              f'estimate {case.get("estimated", np.nan):.3f} kg, error {error:.2f} %, applied '
-              f'after {case["applied_s"]:.1f} s ({case.get("runs", 0)} excitation runs), '
-              f'rollback {case["rollback_ok"]}; {case["message"]}')
-        scores[robot.name] = (error, case['applied_s'], case['rollback_ok'], case['excited'])
+        print(f'{robot.name}: payload {case.mass:.3f} kg, handed {case.handed}, last '
+              f'estimate {case.estimated:.3f} kg, error {error:.2f} %, applied after '
+              f'{case.applied_s:.1f} s ({case.runs} excitation runs), rollback '
+              f'{int(case.rollback_ok)}; {case.message}')
+        scores[robot.name] = (error, case.applied_s, int(case.rollback_ok), case.excited)
     probes = day_one_probes()
     # The other three, in the runs: the Franka's model from its robot_description, the
     # excitation through both arms' actions, both payloads handed over.

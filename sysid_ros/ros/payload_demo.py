@@ -27,6 +27,7 @@ otherwise.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import sys
@@ -49,17 +50,34 @@ EXIT_NODE_FAILED = 3
 EXIT_INTERRUPTED = 130
 
 
-class PayloadCase(dict):
-    """What one run found (a dict, printed and scored by callers): `mass` (truth) [kg],
-    `handed` (the mass the stand-in was handed, or None) [kg], `estimated` (the goal's last
-    estimate) [kg], `applied_s` (goal to hand-off [s, wall]; NaN: not applied),
-    `rollback_ok` (0/1), `excited` (every excitation run succeeded), `runs` (excitation runs),
-    `message` (the goal's result)."""
+@dataclasses.dataclass
+class PayloadCase:
+    """What one run found.
+
+    Attributes:
+      mass: the stand-in's true payload mass [kg].
+      handed: the mass the stand-in was handed [kg], or None.
+      estimated: the goal's last estimate [kg] (NaN: none).
+      applied_s: goal to hand-off [s, wall] (NaN: not applied).
+      rollback_ok: whether ~/restore_payload handed the earlier load back.
+      excited: whether every excitation run succeeded.
+      runs: excitation runs.
+      message: the goal's result, in words.
+    """
+
+    mass: float
+    handed: float | None = None
+    estimated: float = float('nan')
+    applied_s: float = float('nan')
+    rollback_ok: bool = False
+    excited: bool = False
+    runs: int = 0
+    message: str = ''
 
     def error_pct(self) -> float:
         """|handed - truth| / truth [%]; where nothing was handed, the last estimate's."""
-        mass = self['handed'] if self['handed'] is not None else self.get('estimated', np.nan)
-        return abs(mass - self['mass']) / self['mass'] * 100.0
+        mass = self.handed if self.handed is not None else self.estimated
+        return abs(mass - self.mass) / self.mass * 100.0
 
 
 def write_config(stand_in, config: str, out_dir: pathlib.Path, model: bool = True) -> str:
@@ -189,8 +207,7 @@ def run_case(stand_in, config: str, seed: int, out_dir: pathlib.Path, trajectory
                           '-p', 'robot_description_topic:=/robot_description']
     estimator = start('sysid_ros.ros.estimator', estimator_args,
                       f'{stand_in.name}_estimator.log')
-    out = PayloadCase(mass=mass, handed=None, applied_s=float('nan'), rollback_ok=0,
-                      message='', excited=False, runs=0)
+    out = PayloadCase(mass=mass)
     mover = None
     try:
         # Compilation first (minutes on a loaded machine): up once it estimates.
@@ -218,16 +235,16 @@ def run_case(stand_in, config: str, seed: int, out_dir: pathlib.Path, trajectory
             exits.append(mover.wait(10.0))
             mover, runs = move(runs), runs + 1
         result = future.result().result
-        out.update(message=result.message, estimated=result.mass, runs=runs)
+        out.message, out.estimated, out.runs = result.message, result.mass, runs
         if result.applied:
-            out['applied_s'] = time.monotonic() - start_time
+            out.applied_s = time.monotonic() - start_time
             operator.probe.spin_until(lambda: operator.handed() is not None, 5.0)
-            out['handed'] = operator.handed()
+            out.handed = operator.handed()
             response = operator.wait(operator.restore.call_async(Trigger.Request()), 10.0)
             restored = operator.probe.spin_until(lambda: operator.handed() == 0.0, 5.0)
-            out['rollback_ok'] = int(bool(response and response.success) and restored)
+            out.rollback_ok = bool(response and response.success) and restored
         exits.append(mover.wait(120.0))
-        out['excited'] = all(code == 0 for code in exits)
+        out.excited = all(code == 0 for code in exits)
     finally:
         operator.close()
         for process in (mover, estimator, sim):
@@ -258,10 +275,10 @@ def run(stand_in, config: str, out_dir: str, seed: int = 0, fastdds_profile: str
     except KeyboardInterrupt:
         print('sysid demo: interrupted', file=out)
         return EXIT_INTERRUPTED
-    handed = 'nothing' if case['handed'] is None else f'{case["handed"]:.3f} kg'
-    print(f'payload: true {case["mass"]:.3f} kg, handed to the robot {handed} '
-          f'({case.error_pct():.2f} % off) {case["applied_s"]:.1f} s after the goal, '
-          f'{case["runs"]} excitation run(s); earlier load restored: '
-          f'{"yes" if case["rollback_ok"] else "no"}\n{case["message"]}', file=out)
-    return EXIT_APPLIED if case['handed'] is not None and case['rollback_ok'] else \
+    handed = 'nothing' if case.handed is None else f'{case.handed:.3f} kg'
+    print(f'payload: true {case.mass:.3f} kg, handed to the robot {handed} '
+          f'({case.error_pct():.2f} % off) {case.applied_s:.1f} s after the goal, '
+          f'{case.runs} excitation run(s); earlier load restored: '
+          f'{"yes" if case.rollback_ok else "no"}\n{case.message}', file=out)
+    return EXIT_APPLIED if case.handed is not None and case.rollback_ok else \
         EXIT_NOT_APPLIED
