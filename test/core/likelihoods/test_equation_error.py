@@ -191,7 +191,6 @@ def test_lm_recovers_the_truth_within_its_uncertainty(problem, recording, truth,
     np.testing.assert_allclose(data.noise_std, at_truth, rtol=0.2)
 
 
-
 def test_friction_is_filtered_at_the_measured_samples_like_the_torques(problem, truth):
     # Torques filtered from exact ones at the samples of a slow motion with velocity
     # reversals and strong Coulomb friction, over a 0.1 s filter: the residuals at the truth
