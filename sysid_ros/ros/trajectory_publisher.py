@@ -44,6 +44,7 @@ subscription and the action client are `ENDPOINTS`.
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 
@@ -305,7 +306,9 @@ def _rounded(q: np.ndarray) -> list[float]:
 def main(args=None) -> int:
     """Run the node; exit status (module doc). Without rclpy's signal handlers, Ctrl-C reaches
     the node as KeyboardInterrupt with the context intact, so a goal can still be
-    cancelled."""
+    cancelled. The handler is installed here: a process started in the background by a
+    shell inherits SIGINT ignored, and Python then keeps ignoring it."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     jax.config.update('jax_enable_x64', True)
     code = 0
     try:
