@@ -20,6 +20,7 @@ from builtin_interfaces.msg import Duration
 from control_msgs.action import FollowJointTrajectory
 from control_msgs.msg import JointTolerance
 import numpy as np
+from rclpy.action import get_action_names_and_types
 
 from sysid_ros.io import excitation
 from sysid_ros.io.errors import InputError
@@ -28,7 +29,8 @@ from sysid_ros.io.problem import Problem
 from sysid_ros.ros import messages
 
 __all__ = ['ACTION_TYPE', 'ACTION_SUFFIX', 'MOVE_LIMIT_SHARE', 'MIN_MOVE_DURATION',
-           'ControllerChoiceError', 'action_name', 'pick_action', 'move_duration',
+           'ControllerChoiceError', 'action_name', 'offered_actions', 'pick_action',
+           'move_duration', 'joint_order',
            'with_move', 'START_SPEED', 'DISCOVERY_SETTLE', 'checked_goal', 'make_goal',
            'error_code_name', 'outcome']
 
@@ -51,6 +53,11 @@ def action_name(controller: str) -> str:
     """`/<controller>/follow_joint_trajectory` (a controller name given with its namespace
     keeps it)."""
     return f'/{controller.strip("/")}/{ACTION_SUFFIX}'
+
+
+def offered_actions(node) -> set[str]:
+    """The FollowJointTrajectory action names that `node` sees on the graph now."""
+    return {name for name, types in get_action_names_and_types(node) if ACTION_TYPE in types}
 
 
 def pick_action(names: Iterable[str], preferred: str) -> str:
@@ -113,6 +120,20 @@ def with_move(trajectory: JointTrajectoryData, q0: np.ndarray, qd_max: np.ndarra
     return JointTrajectoryData(trajectory.joint_names, t, q, qd, qdd), duration
 
 
+def joint_order(problem: Problem, trajectory: JointTrajectoryData,
+                source: str = 'trajectory') -> list[int]:
+    """The model's index of each of the trajectory's joints.
+
+    Raises:
+      InputError: the trajectory's joints are not the model's (`source` names it).
+    """
+    names = list(problem.model.joint_names)
+    if set(trajectory.joint_names) != set(names):
+        raise InputError(f'{source}: joint_names: expected {", ".join(names)}, got '
+                         f'{", ".join(trajectory.joint_names)}')
+    return [names.index(j) for j in trajectory.joint_names]
+
+
 def checked_goal(problem: Problem, trajectory: JointTrajectoryData, q0: np.ndarray,
                  start_tolerance: float, prior: str | None = None,
                  source: str = 'trajectory') -> tuple[JointTrajectoryData | None, float,
@@ -129,11 +150,7 @@ def checked_goal(problem: Problem, trajectory: JointTrajectoryData, q0: np.ndarr
     Raises:
       InputError: the trajectory's joints are not the model's.
     """
-    names = list(problem.model.joint_names)
-    if set(trajectory.joint_names) != set(names):
-        raise InputError(f'{source}: joint_names: expected {", ".join(names)}, got '
-                         f'{", ".join(trajectory.joint_names)}')
-    order = [names.index(j) for j in trajectory.joint_names]
+    order = joint_order(problem, trajectory, source)
     model, refusals = problem.model, []
     for j, name in enumerate(trajectory.joint_names):
         lo, hi = (model.q_min[order[j]], model.q_max[order[j]]) if model.q_min else (

@@ -53,7 +53,6 @@ import jax
 import numpy as np
 from rcl_interfaces.msg import ParameterDescriptor
 import rclpy
-from rclpy.action import get_action_names_and_types
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
@@ -213,8 +212,7 @@ class TrajectoryPublisher(Node):
         found = set()
 
         def look() -> bool:
-            found.update(name for name, types in get_action_names_and_types(self)
-                         if trajectory_action.ACTION_TYPE in types)
+            found.update(trajectory_action.offered_actions(self))
             return bool(found)
 
         if self._spin_until(look, self._value['wait_timeout']):

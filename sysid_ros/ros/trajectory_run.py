@@ -11,12 +11,11 @@ import time
 
 from control_msgs.action import FollowJointTrajectory
 import numpy as np
-from rclpy.action import ActionClient, get_action_names_and_types
+from rclpy.action import ActionClient
 from rclpy.callback_groups import CallbackGroup
 from rclpy.node import Node
 
 from sysid_ros.io import drivers, excitation
-from sysid_ros.io.errors import InputError
 from sysid_ros.io.problem import Problem
 from sysid_ros.ros import coroutines, trajectory_action
 from sysid_ros.ros.interfaces import ACTION_CLIENT, create, Endpoint
@@ -55,10 +54,7 @@ class TrajectoryRun:
                  start_tolerance: float = 0.01):
         self._node, self._problem, self._source = node, problem, path
         self._trajectory = excitation.load_joint_trajectory(path)
-        names = list(problem.model.joint_names)
-        if set(self._trajectory.joint_names) != set(names):
-            raise InputError(f'{path}: joint_names: expected {", ".join(names)}, got '
-                             f'{", ".join(self._trajectory.joint_names)}')
+        self._order = trajectory_action.joint_order(problem, self._trajectory, path)
         self._controller, self._group = controller, group
         self._wait, self._tolerance = wait_timeout, start_tolerance
         self._client: ActionClient | None = None
@@ -70,9 +66,7 @@ class TrajectoryRun:
         """Check the goal from the current positions q0 (nv,) in model joint order, find the
         action and send it; '' once the controller accepted it, else why not (nothing
         moves then)."""
-        names = list(self._problem.model.joint_names)
-        q0 = np.asarray(q0, dtype=float)[[names.index(j)
-                                          for j in self._trajectory.joint_names]]
+        q0 = np.asarray(q0, dtype=float)[self._order]
         sent, _, refusals = trajectory_action.checked_goal(
             self._problem, self._trajectory, q0, self._tolerance, source=self._source)
         if refusals:
@@ -125,8 +119,7 @@ class TrajectoryRun:
         found: set[str] = set()
 
         def look() -> bool:
-            found.update(name for name, types in get_action_names_and_types(self._node)
-                         if trajectory_action.ACTION_TYPE in types)
+            found.update(trajectory_action.offered_actions(self._node))
             return bool(found)
 
         if await self._until(look, self._wait):
