@@ -151,6 +151,24 @@ def _body_names(pmodel: pin.Model) -> list[str]:
     return names
 
 
+def urdf_text(urdf: str) -> str:
+    """The URDF XML of `urdf` as `load_pinocchio` takes it (a file path, the XML itself, or
+    `example-robot-data:NAME`).
+
+    Raises:
+      ModelError: a file that cannot be read.
+    """
+    if urdf.startswith(EXAMPLE_ROBOT_PREFIX):
+        urdf, _ = example_robot_urdf(urdf[len(EXAMPLE_ROBOT_PREFIX):])
+    if urdf.lstrip().startswith('<'):
+        return urdf
+    try:
+        with open(urdf, encoding='utf-8') as f:
+            return f.read()
+    except OSError as exc:
+        raise ModelError(f'{urdf}: cannot read the URDF: {exc.strerror}') from exc
+
+
 def joint_dynamics(urdf: str) -> dict[str, dict[str, float]]:
     """Joint name -> the values of its `<sysid:dynamics>` element (`urdf_export`: armature,
     offset, gain, stribeck_torque, stribeck_velocity; absent attributes at their defaults),
@@ -159,15 +177,12 @@ def joint_dynamics(urdf: str) -> dict[str, dict[str, float]]:
     Raises:
       ModelError: a file that cannot be read, XML that cannot be parsed.
     """
-    if urdf.startswith(EXAMPLE_ROBOT_PREFIX):
+    if urdf.startswith(EXAMPLE_ROBOT_PREFIX):       # no such elements in those
         return {}
     try:
-        if urdf.lstrip().startswith('<'):
-            root = ET.fromstring(urdf)
-        else:
-            root = ET.parse(urdf).getroot()
-    except (OSError, ET.ParseError) as exc:
-        raise ModelError(f'cannot read URDF {urdf[:80]!r}: {exc}') from exc
+        root = ET.fromstring(urdf_text(urdf))
+    except ET.ParseError as exc:
+        raise ModelError(f'cannot parse URDF {urdf[:80]!r}: {exc}') from exc
     tag = f'{{{urdf_export.JOINT_DYNAMICS_NAMESPACE}}}dynamics'
     found = {}
     for joint in root.iter('joint'):

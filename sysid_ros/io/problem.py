@@ -108,12 +108,8 @@ class Problem:
         source = self.config.model.urdf
         if source is None:
             return urdf_export.model_to_urdf(self.model, params)
-        if source.startswith(model_io.EXAMPLE_ROBOT_PREFIX):
-            source, _ = model_io.example_robot_urdf(source[len(model_io.EXAMPLE_ROBOT_PREFIX):])
-        if not source.lstrip().startswith('<'):
-            with open(source, encoding='utf-8') as f:
-                source = f.read()
-        return urdf_export.update_urdf(source, self.model, self.base_params, params)
+        return urdf_export.update_urdf(model_io.urdf_text(source), self.model,
+                                       self.base_params, params)
 
 
 @dataclasses.dataclass(frozen=True)

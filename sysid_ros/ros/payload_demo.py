@@ -112,10 +112,7 @@ def _urdf(config: str) -> str:
     """The URDF XML of `config`'s model."""
     from sysid_ros.io import config as config_io
     from sysid_ros.io import model_io
-    urdf = config_io.load_yaml(config).model.urdf
-    scheme, _, name = urdf.partition(':')
-    path = model_io.example_robot_urdf(name)[0] if scheme == 'example-robot-data' else urdf
-    return pathlib.Path(path).read_text()
+    return model_io.urdf_text(config_io.load_yaml(config).model.urdf)
 
 
 class _Operator:
