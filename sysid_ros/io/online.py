@@ -227,11 +227,10 @@ class OnlineSession:
         self.warm_start = warm_start
         self.model_id = model_fingerprint(problem)
         self.resumed, self.not_resumed = '', ''
-        saved = cfg.online.save_path
-        if saved and os.path.exists(posterior_files.posterior_paths(saved)[0]):
+        saved = cfg.online.save_path and posterior_files.posterior_paths(cfg.online.save_path)[0]
+        if saved and os.path.exists(saved):
             self.not_resumed = posterior_files.resume_refusal(saved, self.names, self.model_id)
-            if not self.not_resumed:
-                self.resumed = posterior_files.posterior_paths(saved)[0]
+            self.resumed = '' if self.not_resumed else saved
         self._start_from(self.resumed or warm_start)
 
     # ------------------------------------------------------------------------------------------
