@@ -15,13 +15,15 @@ FEEDBACK_LEAD = 1.0                             # [s] the stand-in's feedback be
 class StandInController:
     """A joint_trajectory_controller's action (`mode`: 'succeed', 'reject', 'abort' with
     PATH_TOLERANCE_VIOLATED, or 'hold' until cancelled) that records the goals it accepts
-    and the cancel requests; it answers `lead` seconds after its feedback [s]."""
+    and the cancel requests; it answers `lead` seconds after its feedback [s]; `succeeded_at`
+    is the time.monotonic() of its last success."""
 
     def __init__(self, node, controller: str, mode: str = 'succeed',
                  lead: float = FEEDBACK_LEAD):
         self.mode, self.lead = mode, lead
         self.goals = []
         self.cancelled = []
+        self.succeeded_at = None
         self._released = None
         self.server = ActionServer(
             node, FollowJointTrajectory, trajectory_action.action_name(controller),
@@ -58,6 +60,7 @@ class StandInController:
                 error_code=FollowJointTrajectory.Result.PATH_TOLERANCE_VIOLATED,
                 error_string='joint1 path error 0.2 beyond 0.05')
         goal_handle.succeed()
+        self.succeeded_at = time.monotonic()
         return FollowJointTrajectory.Result(error_code=FollowJointTrajectory.Result.SUCCESSFUL)
 
     def destroy(self):

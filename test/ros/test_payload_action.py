@@ -36,14 +36,16 @@ REST = np.array([0.0, -0.3, 0.0, -2.0, 0.0, 1.8, 0.8])   # [rad] inside every li
 
 
 class StandInFranka:
-    """franka_bringup's SetLoad server: records each request, answers `success`."""
+    """franka_bringup's SetLoad server: records each request and the time.monotonic() of its
+    arrival, answers `success`."""
 
     def __init__(self, node, success=True):
-        self.requests, self.success = [], success
+        self.requests, self.times, self.success = [], [], success
         node.create_service(SetLoad, '/service_server/set_load', self._serve)
 
     def _serve(self, request, response):
         self.requests.append(request)
+        self.times.append(time.monotonic())
         response.success = self.success
         response.error = '' if self.success else 'robot in reflex mode'
         return response
@@ -71,6 +73,47 @@ def graph():
     robot.destroy_node()
     rclpy.shutdown()
     thread.join(timeout=2.0)
+
+
+@pytest.fixture
+def excite_action(graph, flange_offset, excitation_file):
+    """A function `(excite: bool) -> PayloadAction` on the estimator node (`_action`, with
+    the excitation file where `excite`); each call replaces (destroys) the one made before,
+    and the last is destroyed after the test (its trajectory action client would stay on
+    the graph)."""
+    made = []
+
+    def make(excite=True):
+        if made:
+            made.pop().destroy()
+        made.append(_action(graph[0], flange_offset,
+                            excite=excitation_file if excite else None))
+        return made[-1]
+
+    yield make
+    if made:
+        made.pop().destroy()
+
+
+@pytest.fixture
+def controller(graph):
+    """A function `(mode, lead) -> StandInController` of the driver profile's trajectory
+    controller on the robot node; each call replaces the one served before (a controller
+    restarted in another mode). The last is destroyed after the test: a node's destruction
+    leaves its action servers on the graph, where another test module of this process would
+    find them."""
+    served = []
+
+    def serve(mode='succeed', lead=0.5):
+        if served:
+            served.pop().destroy()
+        served.append(StandInController(
+            graph[1], drivers.DRIVERS['franka'].trajectory_controller, mode=mode, lead=lead))
+        return served[-1]
+
+    yield serve
+    if served:
+        served.pop().destroy()
 
 
 @pytest.fixture(scope='module')
@@ -196,45 +239,39 @@ def test_a_load_change_of_the_wrong_sign_is_not_applied(graph, flange_offset):
     assert result.applied and len(franka.requests) == 1
 
 
-def test_excite_runs_the_trajectory_first_and_applies_after_it(graph, flange_offset,
-                                                               excitation_file):
+def test_excite_runs_the_trajectory_first_and_applies_after_it(graph, excite_action,
+                                                               controller):
     node, robot = graph
     franka = StandInFranka(robot)
-    controller = StandInController(robot, drivers.DRIVERS['franka'].trajectory_controller,
-                                   lead=0.5)
-    action = _action(node, flange_offset, excite=excitation_file)
+    stand_in = controller()
+    action = excite_action()
     _feed(action, np.array([0.01, 0.002, 0.002, 0.003]), windows=60)
     result, feedback = _run_goal(node, excite=True)
     assert result.applied, result.message
-    stages = [f.feedback.stage for f in feedback]
-    assert stages[0] == 'excite' and stages[-1] == 'estimate'
-    goal, = controller.goals
+    assert feedback[0].feedback.stage == 'excite'
+    goal, = stand_in.goals
     first = goal.trajectory.points[0]
     np.testing.assert_allclose(first.positions, REST)     # the move starts where it rests
-    assert len(franka.requests) == 1
+    assert len(franka.requests) == 1 and franka.times[0] > stand_in.succeeded_at
 
 
-def test_excite_that_fails_or_is_not_configured_applies_nothing(graph, flange_offset,
-                                                                excitation_file):
+def test_excite_that_fails_or_is_not_configured_applies_nothing(graph, excite_action,
+                                                                controller):
     node, robot = graph
     franka = StandInFranka(robot)
-    action = _action(node, flange_offset)
+    excite_action(excite=False)
     result, _ = _run_goal(node, excite=True)
     assert not result.success
     assert result.message == 'excite: no payload_excitation trajectory is configured'
-    action.destroy()
-    controller = StandInController(robot, drivers.DRIVERS['franka'].trajectory_controller,
-                                   mode='abort', lead=0.2)
-    action = _action(node, flange_offset, excite=excitation_file)
+    controller(mode='abort', lead=0.2)
+    action = excite_action()
     _feed(action, np.array([0.01, 0.002, 0.002, 0.003]), windows=60)
     result, _ = _run_goal(node, excite=True)
     assert not result.applied
     assert result.message.startswith('excite: goal aborted: error_code')
     assert 'PATH_TOLERANCE_VIOLATED' in result.message and 'nothing applied' in result.message
-    action.destroy()
-    controller.destroy()
-    StandInController(robot, drivers.DRIVERS['franka'].trajectory_controller, mode='reject')
-    action = _action(node, flange_offset, excite=excitation_file)
+    controller(mode='reject')
+    excite_action()
     result, _ = _run_goal(node, excite=True)
     assert not result.success and 'goal rejected' in result.message
     assert franka.requests == []
