@@ -26,11 +26,13 @@ __all__ = [
     'rpy_to_matrix',
     'matrix_to_rpy',
     'inertia_matrix_from_entries',
+    'inertia_entries',
     'inertial_from_physical',
     'physical_from_inertial',
     'inertia_from_virtual',
     'virtual_from_inertia',
     'physical_from_virtual',
+    'is_inertia_consistent',
     'virtual_from_physical',
     'softplus_inverse',
     'principal_moments',
@@ -85,6 +87,14 @@ def inertia_matrix_from_entries(ixx, ixy, ixz, iyy, iyz, izz):
     row1 = jnp.stack([ixy, iyy, iyz], axis=-1)
     row2 = jnp.stack([ixz, iyz, izz], axis=-1)
     return jnp.stack([row0, row1, row2], axis=-2)
+
+
+def inertia_entries(inertia_c):
+    """(..., 3, 3) matrix -> (..., 6) entries ixx, ixy, ixz, iyy, iyz, izz; inverse of
+    `inertia_matrix_from_entries` on symmetric matrices."""
+    inertia_c = jnp.asarray(inertia_c)
+    return jnp.stack([inertia_c[..., i, j]
+                      for i, j in ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))], axis=-1)
 
 
 def _sym(a):
@@ -245,13 +255,37 @@ def virtual_from_physical(mass, com, inertia_c):
 # Consistency
 # ------------------------------------------------------------------------------------------
 
+def is_inertia_consistent(inertia_c, atol=1e-10, rtol=1e-6):
+    """Check that rotational inertias about the centre of mass are those of real bodies.
+
+    The principal moments J of I_c are positive up to the tolerance, J_i >= -tol, and satisfy
+    the triangle inequalities J_i <= J_j + J_k + tol, where tol = atol + rtol tr(I_c)
+    (Traversaro 2016). Zero (a point mass) and a thin rod pass.
+
+    Args:
+      inertia_c: (..., 3, 3) inertia about the COM [kg m^2].
+      atol: absolute tolerance [kg m^2].
+      rtol: tolerance relative to tr(I_c).
+
+    Returns:
+      (...,) bool, False where an entry is not finite.
+    """
+    inertia_c = jnp.asarray(inertia_c)
+    finite = jnp.all(jnp.isfinite(inertia_c), axis=(-2, -1))
+    moments = principal_moments(jnp.where(finite[..., None, None], inertia_c, 0.0))
+    total = jnp.sum(moments, axis=-1)
+    tol = atol + rtol * jnp.abs(total)
+    positive = moments[..., 0] >= -tol
+    triangle = jnp.all(total[..., None] - 2.0 * moments >= -tol[..., None], axis=-1)
+    return finite & positive & triangle
+
+
 def is_physically_consistent(pi, atol=1e-10, rtol=1e-6):
     """Check that inertial vectors describe real bodies (Traversaro 2016; Wensing 2017).
 
-    Checks, per body: all entries finite; m > 0; the principal moments J of I_c (about the
-    COM) are positive up to the tolerance, J_i >= -tol; and they satisfy the triangle
-    inequalities J_i <= J_j + J_k + tol, where tol = atol + rtol tr(I_c). A point mass
-    (I_c = 0) or a thin rod is accepted; pass a negative `atol` to demand a margin.
+    Checks, per body: all entries finite; m > 0; the inertia about the COM passes
+    `is_inertia_consistent`. A point mass (I_c = 0) or a thin rod is accepted; pass a negative
+    `atol` to demand a margin.
 
     Args:
       pi: (..., 10) Pinocchio inertial vectors about the body origin.
@@ -263,10 +297,6 @@ def is_physically_consistent(pi, atol=1e-10, rtol=1e-6):
     """
     pi = jnp.asarray(pi)
     mass, _, inertia_c = physical_from_inertial(pi)
-    moments = principal_moments(inertia_c)
-    total = jnp.sum(moments, axis=-1)
-    tol = atol + rtol * jnp.abs(total)
-    positive = moments[..., 0] >= -tol
-    triangle = jnp.all(total[..., None] - 2.0 * moments >= -tol[..., None], axis=-1)
     finite = jnp.all(jnp.isfinite(pi), axis=-1)
-    return finite & (mass > 0.0) & positive & triangle
+    return (finite & (mass > 0.0)
+            & is_inertia_consistent(inertia_c, atol=atol, rtol=rtol))

@@ -15,9 +15,10 @@ Attributes of a joint:
   the torque the joint receives per unit of effort (`Params.gain`); `origin.x|y|z`
   [m] and `origin.roll|pitch|yaw` [rad], the joint placement in the parent frame
   (`Params.placement`).
-Attributes of the payload (`Payload`: a point mass a body holds, e.g. a tool or a picked-up
-object), named `payload.<attribute>`: `mass` [kg]; `com.x|y|z` its position [m] in the
-payload frame.
+Attributes of the payload (`Payload`: a rigid body a body holds, e.g. a tool or a picked-up
+object), named `payload.<attribute>`: `mass` [kg]; `com.x|y|z` its centre of mass [m] in the
+payload frame; `inertia.ixx|ixy|ixz|iyy|iyz|izz` its rotational inertia about that centre in
+the payload frame's axes [kg m^2] (zero where not given: a point mass).
 
 The spec is a frozen dataclass of tuples: hashable, so it can be a static argument of `jax.jit`.
 """
@@ -61,7 +62,7 @@ NONNEGATIVE_ATTRIBUTES = frozenset(
      'damping', 'coulomb', 'stribeck.torque', 'stribeck.velocity', 'armature', 'gain'))
 
 PAYLOAD = 'payload'                  # object name of the payload's parameters
-PAYLOAD_ATTRIBUTES = ('mass', 'com.x', 'com.y', 'com.z')
+PAYLOAD_ATTRIBUTES = ('mass', 'com.x', 'com.y', 'com.z') + INERTIA_ATTRIBUTES
 _PAYLOAD_BODY = -1                   # `ParameterSpec.bodies` entry of a payload parameter
 
 # Column of each attribute in the per-body table built by `_table` (nb, 23).
@@ -98,7 +99,7 @@ def _table(params: Params) -> jax.Array:
     """Params -> (nb, 23) physical value of every attribute of every body, in ATTRIBUTES order."""
     mass, com, inertia_c = inertia.physical_from_inertial(params.inertial)
     columns = [mass, com[:, 0], com[:, 1], com[:, 2]]
-    columns += [inertia_c[:, i, j] for i, j in ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))]
+    columns += list(jnp.moveaxis(inertia.inertia_entries(inertia_c), -1, 0))
     columns += [params.damping, params.coulomb, params.stribeck[:, 0], params.stribeck[:, 1],
                 params.armature, params.offset, params.gain]
     columns += [params.placement[:, k] for k in range(6)]
@@ -109,12 +110,6 @@ def _table(params: Params) -> jax.Array:
 def _inertia_from_six(six):
     """(..., 6) entries in INERTIA_ATTRIBUTES order -> (..., 3, 3)."""
     return inertia.inertia_matrix_from_entries(*(six[..., k] for k in range(6)))
-
-
-def _six_from_inertia(inertia_c):
-    """(..., 3, 3) -> (..., 6) entries in INERTIA_ATTRIBUTES order."""
-    return jnp.stack([inertia_c[..., i, j]
-                      for i, j in ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))], axis=-1)
 
 
 def is_friction_consistent(params: Params) -> jax.Array:
@@ -132,14 +127,17 @@ def is_friction_consistent(params: Params) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True)
 class Payload:
-    """A point mass rigidly held by a body, whose mass and position `payload.*` parameters name.
+    """A rigid body held by a body, whose mass, centre of mass and inertia `payload.*`
+    parameters name.
 
     Attributes:
       body: index of the body that holds it.
       rotation: (9,) rotation of the payload frame in the body frame, row-major.
       translation: (3,) origin of the payload frame in the body frame [m].
       mass: nominal mass [kg]: its value where `payload.mass` is not free.
-      com: (3,) nominal position of the point mass in the payload frame [m].
+      com: (3,) nominal centre of mass in the payload frame [m].
+      inertia: (6,) nominal rotational inertia about the centre of mass in the payload
+        frame's axes, INERTIA_ATTRIBUTES order [kg m^2] (zero: a point mass).
     """
 
     body: int
@@ -147,19 +145,27 @@ class Payload:
     translation: tuple[float, float, float] = (0.0, 0.0, 0.0)
     mass: float = 0.0
     com: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    inertia: tuple[float, ...] = (0.0,) * len(INERTIA_ATTRIBUTES)
 
     @property
     def nominal(self) -> tuple[float, ...]:
         """The nominal values in PAYLOAD_ATTRIBUTES order."""
-        return (self.mass,) + tuple(self.com)
+        return (self.mass,) + tuple(self.com) + tuple(self.inertia)
 
     def add_to(self, params: Params, values) -> Params:
-        """Params with the payload of `values` (4,) (PAYLOAD_ATTRIBUTES order) added to its
-        body's inertial parameters (a point mass: no inertia about its own centre)."""
+        """Params with the payload of `values` (10,) (PAYLOAD_ATTRIBUTES order) added to its
+        body's inertial parameters (`edits.add_rigid_body`, in the body's frame)."""
         values = jnp.asarray(values)
         rotation = jnp.asarray(self.rotation, values.dtype).reshape(3, 3)
-        position = rotation @ values[1:] + jnp.asarray(self.translation, values.dtype)
-        return edits.add_point_mass(params, self.body, values[0], position)
+        position = rotation @ values[1:4] + jnp.asarray(self.translation, values.dtype)
+        inertia_c = rotation @ _inertia_from_six(values[4:10]) @ rotation.T
+        return edits.add_rigid_body(params, self.body, values[0], position, inertia_c)
+
+    def inertia_consistent(self, values, atol: float, rtol: float) -> jax.Array:
+        """() bool: the inertia of `values` (10,) (PAYLOAD_ATTRIBUTES order) about the
+        payload's centre of mass is that of a real body (`inertia.is_inertia_consistent`)."""
+        return inertia.is_inertia_consistent(_inertia_from_six(jnp.asarray(values)[4:10]),
+                                             atol=atol, rtol=rtol)
 
 
 class _Layout:
@@ -223,6 +229,8 @@ class ParameterSpec:
     principal axes in the slots of those six names, in the order of `names`), so that every z
     gives a physically consistent inertia; their bounds then only serve initialisation
     (`sample_uniform`, `initial_theta`) and reporting, and `from_unconstrained` may leave them.
+    A payload's inertia entries stay elementwise (a payload often starts as a point mass, zero
+    inertia, where the virtual inertia's gradient vanishes); `is_consistent` checks them.
     """
 
     names: tuple[str, ...]
@@ -303,10 +311,14 @@ class ParameterSpec:
         params = self._write_table(theta[layout.in_table], base)
         if self.payload is None:
             return params
+        return self.payload.add_to(params, self._payload_values(theta))
+
+    def _payload_values(self, theta: jax.Array) -> jax.Array:
+        """(10,) the payload's values (PAYLOAD_ATTRIBUTES order): theta's where free, else
+        nominal."""
+        index = self._layout.payload_theta
         nominal = jnp.asarray(self.payload.nominal, theta.dtype)
-        values = jnp.where(layout.payload_theta >= 0,
-                           theta[jnp.maximum(layout.payload_theta, 0)], nominal)
-        return self.payload.add_to(params, values)
+        return jnp.where(index >= 0, theta[jnp.maximum(index, 0)], nominal)
 
     def _write_table(self, values: jax.Array, base: Params) -> Params:
         """`base` with the table entries of the spec set to `values` (the theta entries that
@@ -383,7 +395,7 @@ class ParameterSpec:
         if len(layout.block_theta):
             virtual = z[..., layout.block_z]                    # (..., B, 6)
             inertia_c = inertia.inertia_from_virtual(virtual[..., :3], virtual[..., 3:])
-            theta = theta.at[..., layout.block_theta].set(_six_from_inertia(inertia_c))
+            theta = theta.at[..., layout.block_theta].set(inertia.inertia_entries(inertia_c))
         return theta
 
     def to_unconstrained(self, theta: jax.Array) -> jax.Array:
@@ -432,7 +444,8 @@ class ParameterSpec:
         Links named by the spec must pass `inertia.is_physically_consistent` (m > 0, inertia
         about the COM positive and within the triangle inequalities); joints named by the spec
         must pass `is_friction_consistent`; theta must be finite; the payload's body counts as
-        named. Bodies the spec does not name
+        named, and the payload's own inertia about its centre of mass must pass
+        `inertia.is_inertia_consistent`. Bodies the spec does not name
         are not checked (a URDF may hold massless helper links). Bounds are not checked here
         (see `within_bounds`).
 
@@ -452,6 +465,8 @@ class ParameterSpec:
         if links:
             pi = params.inertial[np.asarray(links)]
             ok &= jnp.all(inertia.is_physically_consistent(pi, atol=atol, rtol=rtol))
+        if self.payload is not None:
+            ok &= self.payload.inertia_consistent(self._payload_values(theta), atol, rtol)
         if layout.joints:
             ok &= jnp.all(is_friction_consistent(params)[np.asarray(layout.joints)])
         return ok
@@ -498,7 +513,7 @@ def make_parameter_spec(model: RobotModel,
       entries: name -> (lower, upper) bounds in physical units (+-inf allowed), in the order
         of `theta`; a mapping or an iterable of pairs.
       init: optional name -> initial value, within the bounds.
-      payload: the payload that `payload.mass` and `payload.com.x|y|z` name, if any.
+      payload: the payload that `payload.<attribute>` parameters name, if any.
 
     Returns:
       ParameterSpec.

@@ -332,10 +332,57 @@ def test_payload_that_is_not_free_keeps_its_nominal_values():
     np.testing.assert_allclose(got.inertial[1], BASE.inertial[1] + point, atol=1e-14)
 
 
+RIGID_PAYLOAD = dataclasses.replace(PAYLOAD, inertia=(0.002, 0.0, 0.0, 0.003, 0.0, 0.004))
+INERTIA_ENTRIES = {f'payload.{a}': ((0.0, 0.05) if a in parameters.NONNEGATIVE_ATTRIBUTES
+                                    else (-0.05, 0.05))
+                   for a in parameters.INERTIA_ATTRIBUTES}
+
+
+def test_payload_is_a_rigid_body_as_pinocchio_adds_one():
+    pin = pytest.importorskip('pinocchio')
+    spec = make_parameter_spec(MODEL, {**PAYLOAD_ENTRIES, **INERTIA_ENTRIES},
+                               payload=RIGID_PAYLOAD)
+    rot = np.asarray(inertia.rpy_to_matrix(jnp.array([0.3, -0.1, 0.2])))
+    moments = rot @ np.diag([0.004, 0.006, 0.007]) @ rot.T          # about the payload's COM
+    theta = jnp.array([1.2, 0.03, 1.1, -0.05, *np.asarray(inertia.inertia_entries(moments))])
+    got = _to_params(spec, theta, BASE)
+    # Pinocchio: link2 with its new mass, plus the payload's inertia moved from the payload
+    # frame (rotated a quarter turn about z, 0.5 m along x) into link2's frame.
+    link2 = pin.Inertia.FromDynamicParameters(np.asarray(
+        inertia.inertial_from_physical(1.1, *inertia.physical_from_inertial(BASE.inertial[1])[1:])))
+    payload_frame = pin.SE3(np.reshape(RIGID_PAYLOAD.rotation, (3, 3)),
+                            np.asarray(RIGID_PAYLOAD.translation))
+    held = payload_frame.act(pin.Inertia(1.2, np.array([0.03, 0.0, -0.05]), moments))
+    np.testing.assert_allclose(got.inertial[1], (link2 + held).toDynamicParameters(), atol=1e-12)
+    assert bool(spec.is_consistent(theta, BASE))
+    check_grads(lambda t: spec.to_params(t, BASE).inertial, (theta,), order=1,
+                modes=('fwd', 'rev'))
+
+
+def test_a_payload_whose_own_inertia_is_not_a_bodys_is_inconsistent():
+    # ixx > iyy + izz breaks the triangle inequality; link2 with it added would still pass.
+    spec = make_parameter_spec(MODEL, {'payload.mass': (0.0, 3.0), **INERTIA_ENTRIES},
+                               payload=RIGID_PAYLOAD)
+    bad = jnp.array([1.0, 0.004, 0.0, 0.0, 0.001, 0.0, 0.001])
+    assert not bool(spec.is_consistent(bad, BASE))
+    assert bool(inertia.is_physically_consistent(_to_params(spec, bad, BASE).inertial[1]))
+    assert bool(spec.is_consistent(bad.at[1].set(0.002), BASE))
+
+
+def test_payload_inertia_stays_elementwise_in_unconstrained_coordinates():
+    spec = make_parameter_spec(MODEL, {'payload.mass': (0.0, 3.0), **INERTIA_ENTRIES},
+                               payload=RIGID_PAYLOAD)
+    theta = jnp.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])       # a point mass: zero inertia
+    z = spec.to_unconstrained(theta)
+    assert np.all(np.isfinite(z))
+    np.testing.assert_allclose(spec.from_unconstrained(z), theta, atol=1e-12)
+    assert np.all(np.asarray(jax.jacfwd(spec.from_unconstrained)(z)).diagonal() > 0.0)
+
+
 @pytest.mark.parametrize('entries, payload, match', [
     ({'payload.mass': (0, 1)}, None, r'payload.mass: no payload is configured'),
-    ({'payload.inertia.ixx': (0, 1)}, PAYLOAD, r'payload.inertia.ixx: a payload has the '
-                                               r'attributes mass, com.x'),
+    ({'payload.damping': (0, 1)}, PAYLOAD, r'payload.damping: a payload has the '
+                                           r'attributes mass, com.x.*inertia.izz'),
     ({'payload.mass': (0, 1)}, dataclasses.replace(PAYLOAD, body=5), r'payload: body 5'),
 ])
 def test_payload_errors_name_the_key(entries, payload, match):
