@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from sysid_ros.core.inference import registry
 from sysid_ros.core.likelihoods import equation_error as _equation_error
 from sysid_ros.core.likelihoods import likelihood as _likelihood
+from sysid_ros.core.model import inertia as _inertia
 from sysid_ros.core.model import parameters as _parameters
 from sysid_ros.io import drivers, log_layout, model_io
 from sysid_ros.io.config_schema import as_number, error, option, parse_section, ROS_NAME
@@ -89,10 +90,12 @@ class ModelConfig:
         data (`io.integration_step`: the fewest steps per sample whose discretisation error
         is within 0.01 noise stds, at the estimate of a fit at the sample period; the live
         session checks every window from the second at its estimate and only refines).
-      payload: a point mass the robot holds, which `parameters.payload.mass` and
-        `parameters.payload.com.x|y|z` identify: `{link: <link or fixed frame of the URDF>,
-        mass: <nominal kg, default 0>, com: [x, y, z] (nominal position in that frame [m],
-        default 0)}`; empty: none.
+      payload: a rigid body the robot holds, which `parameters.payload.mass`,
+        `parameters.payload.com.x|y|z` and `parameters.payload.inertia.ixx|ixy|ixz|iyy|iyz|izz`
+        identify: `{link: <link or fixed frame of the URDF>, mass: <nominal kg, default 0>,
+        com: [x, y, z] (nominal centre of mass in that frame [m], default 0), inertia:
+        {ixx, ixy, ixz, iyy, iyz, izz} (nominal inertia about the centre of mass in that
+        frame's axes [kg m^2], each default 0: a point mass)}`; empty: none.
     """
 
     urdf: str | None = option(None, 'str', optional=True)
@@ -133,12 +136,16 @@ class ModelConfig:
         return cfg
 
 
+_PAYLOAD_INERTIA = tuple(a.partition('.')[2] for a in _parameters.INERTIA_ATTRIBUTES)
+
+
 def _payload(d: Mapping[str, Any], path: str | None) -> dict[str, Any]:
-    """Validate `model.payload`: {link: str, mass: number >= 0, com: 3 numbers}."""
-    unknown = [k for k in d if k not in ('link', 'mass', 'com')]
+    """Validate `model.payload`: {link: str, mass: number >= 0, com: 3 numbers, inertia:
+    {ixx, ixy, ixz, iyy, iyz, izz} numbers (missing: 0), a real body's}."""
+    unknown = [k for k in d if k not in ('link', 'mass', 'com', 'inertia')]
     if unknown:
         raise error(path, f'model.payload.{unknown[0]}', 'unknown key; expected one of link, '
-                    'mass, com')
+                    'mass, com, inertia')
     link = d.get('link')
     if not isinstance(link, str) or not link:
         raise error(path, 'model.payload.link', f'expected the name of the link (or fixed '
@@ -150,7 +157,21 @@ def _payload(d: Mapping[str, Any], path: str | None) -> dict[str, Any]:
     if not isinstance(com, (list, tuple)) or len(com) != 3:
         raise error(path, 'model.payload.com', f'expected 3 numbers [m], got {com!r}')
     com = [as_number(v, path, 'model.payload.com') for v in com]
-    return {'link': link, 'mass': mass, 'com': com}
+    given = d.get('inertia', {})
+    if not isinstance(given, Mapping):
+        raise error(path, 'model.payload.inertia', f'expected a map of '
+                    f'{", ".join(_PAYLOAD_INERTIA)} [kg m^2], got {given!r}')
+    unknown = [k for k in given if k not in _PAYLOAD_INERTIA]
+    if unknown:
+        raise error(path, f'model.payload.inertia.{unknown[0]}', 'unknown key; expected one '
+                    f'of {", ".join(_PAYLOAD_INERTIA)}')
+    entries = [as_number(given.get(k, 0.0), path, f'model.payload.inertia.{k}')
+               for k in _PAYLOAD_INERTIA]
+    if not bool(_inertia.is_inertia_consistent(_inertia.inertia_matrix_from_entries(*entries))):
+        raise error(path, 'model.payload.inertia', f'not the inertia of a real body (principal '
+                    f'moments negative or against the triangle inequality): {entries}')
+    return {'link': link, 'mass': mass, 'com': com,
+            'inertia': dict(zip(_PAYLOAD_INERTIA, entries))}
 
 
 def _resolve_urdf(urdf: str, path: str | None, xacro_args: Mapping[str, Any]) -> str:

@@ -32,6 +32,7 @@ import numpy as np
 import yaml
 
 from sysid_ros.core.model.inertia import physical_from_inertial
+from sysid_ros.core.model.parameters import INERTIA_ATTRIBUTES, PAYLOAD
 from sysid_ros.io import drivers
 from sysid_ros.io.problem import Problem
 
@@ -48,8 +49,10 @@ def _arm_links(problem: Problem, theta) -> Iterator[tuple[str, float, np.ndarray
     configured payload taken off (the robot's own file describes the arm alone)."""
     spec, theta = problem.spec, np.array(theta, dtype=float)
     if spec.payload is not None:                 # the arm alone: a payload of no mass
-        spec = dataclasses.replace(spec, payload=dataclasses.replace(spec.payload, mass=0.0))
-        theta[[i for i, n in enumerate(spec.names) if n == 'payload.mass']] = 0.0
+        spec = dataclasses.replace(spec, payload=dataclasses.replace(
+            spec.payload, mass=0.0, inertia=(0.0,) * len(INERTIA_ATTRIBUTES)))
+        massless = {f'{PAYLOAD}.{a}' for a in ('mass',) + INERTIA_ATTRIBUTES}
+        theta[[i for i, n in enumerate(spec.names) if n in massless]] = 0.0
     params = spec.to_params(jnp.asarray(theta), problem.base_params)
     mass, com, inertia = (np.asarray(a, float) for a in physical_from_inertial(params.inertial))
     prefix = problem.config.model.prefix or ''

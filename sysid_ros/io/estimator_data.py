@@ -61,6 +61,7 @@ from sysid_ros.core.inference.methods import Target
 from sysid_ros.core.likelihoods import equation_error
 from sysid_ros.core.likelihoods import likelihood as lik
 from sysid_ros.core.likelihoods import losses
+from sysid_ros.core.model.parameters import INERTIA_ATTRIBUTES, PAYLOAD
 from sysid_ros.io import trajectory as trajectory_io
 from sysid_ros.io.config import config_error, ConfigError
 from sysid_ros.io.config_schema import one_or_each
@@ -447,19 +448,24 @@ def correlated_residuals_warning(problem: Problem, info: dict) -> list[str]:
     (`info['residual_correlation']`, `residual_stats_at`) are correlated from one kept
     sample to the next beyond RESIDUAL_CORRELATION on some joint: the kept samples' noise is
     independent (`equation_error`: Independence), so the residuals hold dynamics the model
-    lacks (rotor inertia, elastic joints, friction that grows with the load, gains) or
-    coloured noise, and the intervals assume neither. Empty otherwise."""
+    lacks (rotor inertia, elastic joints, friction that grows with the load, gains, a
+    payload's own inertia where only its mass and centre are identified) or coloured noise,
+    and the intervals assume neither. Empty otherwise."""
     correlation = np.asarray(info.get('residual_correlation', ()), dtype=float)
     if not correlation.size or np.max(correlation) <= RESIDUAL_CORRELATION:
         return []
     joints = problem.model.joint_names
     listed = ', '.join(f'{joints[j]} {v:.2f}' for j, v in enumerate(correlation)
                        if v > RESIDUAL_CORRELATION)
+    names = set(problem.names)
+    held = (f'{PAYLOAD}.mass' in names
+            and not any(f'{PAYLOAD}.{a}' in names for a in INERTIA_ATTRIBUTES))
+    payload = ('; a payload of some size: identify parameters.payload.inertia' if held else '')
     return [f'the torque residuals at the estimate are correlated from sample to sample '
             f'({listed}; independent noise gives about 0): the model misses dynamics in the '
             'data (reflected rotor inertia: identify parameters.<joint>.armature; elastic '
-            'joints; friction or gains that change with the load) or the noise is coloured; '
-            'the estimate may be biased and its intervals too narrow']
+            f'joints; friction or gains that change with the load{payload}) or the noise is '
+            'coloured; the estimate may be biased and its intervals too narrow']
 
 
 def acceleration_noise_share(velocity_noise, dt: float, taps: int, spread) -> np.ndarray:

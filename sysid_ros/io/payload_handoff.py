@@ -1,11 +1,12 @@
 """A held payload's estimate as a robot takes it, and the gate it must pass first.
 
-The estimate (`held_payload`) is the `payload.*` parameters of a window's posterior: a point
-mass in the frame of `model.payload.link`. A robot wants it in its own payload frame (Franka:
-the flange, UR: `tool0`; `drivers.DriverProfile.payload_frame`), which `expressed_in` moves it
-to. `refusals` is the gate: an estimate is handed to a robot only when it is converged (its
-mean steady over the last windows), certain (standard deviations below the limits) and inside
-its bounds, not on them.
+The estimate (`held_payload`) is the `payload.*` parameters of a window's posterior: a rigid
+body (mass, centre of mass, inertia about it) in the frame of `model.payload.link`. A robot
+wants it in its own payload frame (Franka: the flange, UR: `tool0`;
+`drivers.DriverProfile.payload_frame`), which `expressed_in` moves it to. `refusals` is the
+gate: an estimate is handed to a robot only when it is converged (its mean steady over the
+last windows), certain (standard deviations below the limits), a real body (its inertia) and
+inside its bounds, not on them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import NamedTuple, Sequence
 import numpy as np
 import pinocchio as pin
 
+from sysid_ros.core.model.inertia import (inertia_entries, inertia_matrix_from_entries,
+                                          is_inertia_consistent)
 from sysid_ros.core.model.parameters import PAYLOAD, PAYLOAD_ATTRIBUTES
 from sysid_ros.io.model_io import frame_in_body, ModelError
 
@@ -72,8 +75,9 @@ def held_payload(names: Sequence[str], mean, std, frame: str,
       names: (M,) parameter names.
       mean, std: (M,) posterior means and standard deviations [physical units].
       frame: the payload link.
-      nominal: (4,) mass [kg] and centre of mass (3,) [m] the configuration holds for the
-        payload attributes that are not identified (their std is 0).
+      nominal: (10,) the configuration's payload in PAYLOAD_ATTRIBUTES order (mass [kg],
+        centre of mass (3,) [m], inertia entries (6,) [kg m^2]), for the attributes that are
+        not identified (their std is 0).
 
     Returns:
       None where no `payload.*` parameter is identified.
@@ -81,10 +85,14 @@ def held_payload(names: Sequence[str], mean, std, frame: str,
     index = {name: k for k, name in enumerate(names)}
     if not any(name in index for name in _NAMES):
         return None
+    if len(nominal) != len(_NAMES):
+        raise ValueError(f'held_payload: nominal: expected {len(_NAMES)} values '
+                         f'({", ".join(PAYLOAD_ATTRIBUTES)}), got {len(nominal)}')
     value = [float(mean[index[n]]) if n in index else float(v) for n, v in zip(_NAMES, nominal)]
     spread = [float(std[index[n]]) if n in index else 0.0 for n in _NAMES]
-    return HeldPayload(frame, value[0], spread[0], np.array(value[1:]), np.array(spread[1:]),
-                       np.zeros((3, 3)))
+    inertia_c = np.asarray(inertia_matrix_from_entries(*value[4:10]), dtype=float)
+    return HeldPayload(frame, value[0], spread[0], np.array(value[1:4]),
+                       np.array(spread[1:4]), inertia_c)
 
 
 def payload_bounds(names: Sequence[str],
@@ -179,7 +187,12 @@ def refusals(payload: HeldPayload, steady: bool, limits: GateLimits,
     if not np.all(payload.com_std <= limits.max_com_std):
         found.append(f'centre-of-mass std {np.max(payload.com_std):.3g} m is above '
                      f'{limits.max_com_std:g} m')
-    values = dict(zip(_NAMES, (payload.mass, *payload.com)))
+    inertia_c = np.asarray(payload.inertia, dtype=float)
+    if not bool(is_inertia_consistent(inertia_c)):
+        found.append('the inertia about the centre of mass is not that of a real body '
+                     f'(principal moments {np.round(np.linalg.eigvalsh(inertia_c), 6)} kg m^2)')
+    entries = np.asarray(inertia_entries(inertia_c))
+    values = dict(zip(_NAMES, (payload.mass, *payload.com, *entries)))
     for name, (lower, upper) in bounds.items():
         margin = _ON_BOUND * (upper - lower) if np.isfinite(upper - lower) else 0.0
         if not lower + margin < values[name] < upper - margin:

@@ -35,9 +35,9 @@ import pinocchio as pin
 from sysid_ros.core.constrained import mechanisms
 from sysid_ros.core.dynamics import observations
 from sysid_ros.core.model import builders
-from sysid_ros.core.model.inertia import physical_from_inertial
-from sysid_ros.core.model.parameters import (ParameterSpec, PAYLOAD, Payload, PAYLOAD_ATTRIBUTES,
-                                             split_name)
+from sysid_ros.core.model.inertia import inertia_matrix_from_entries, physical_from_inertial
+from sysid_ros.core.model.parameters import (INERTIA_ATTRIBUTES, ParameterSpec, PAYLOAD, Payload,
+                                             PAYLOAD_ATTRIBUTES, split_name)
 from sysid_ros.core.model.types import Params, PRISMATIC, RobotModel
 from sysid_ros.io import config as config_io
 from sysid_ros.io import drivers, log_layout
@@ -213,7 +213,9 @@ def _payload(config: Config, locate) -> Payload | None:
         raise config_error(config, 'model.payload.link', str(exc)) from exc
     return Payload(body=body, rotation=tuple(float(v) for v in np.ravel(rotation)),
                    translation=tuple(float(v) for v in translation), mass=given['mass'],
-                   com=tuple(given['com']))
+                   com=tuple(given['com']),
+                   inertia=tuple(float(given.get('inertia', {}).get(a.partition('.')[2], 0.0))
+                                 for a in INERTIA_ATTRIBUTES))
 
 
 def _mocap_frames(config: Config, model: RobotModel, locate
@@ -319,7 +321,7 @@ class BodyInertia(NamedTuple):
       mass: [kg].
       com: (3,) centre of mass [m].
       inertia: (3, 3) inertia about the centre of mass, in `frame`'s axes [kg m^2] (zero for
-        the payload, a point mass).
+        a payload without inertia: a point mass).
     """
 
     name: str
@@ -345,7 +347,9 @@ def identified_inertias(problem: Problem, theta) -> list[BodyInertia]:
         values.update((split_name(name)[1], float(v)) for name, v in zip(problem.names, theta)
                       if split_name(name)[0] == PAYLOAD)
         out.append(BodyInertia(PAYLOAD, problem.config.model.payload['link'], values['mass'],
-                               np.array([values[f'com.{c}'] for c in 'xyz']), np.zeros((3, 3))))
+                               np.array([values[f'com.{c}'] for c in 'xyz']),
+                               np.asarray(inertia_matrix_from_entries(
+                                   *(values[a] for a in INERTIA_ATTRIBUTES)))))
     return out
 
 

@@ -255,13 +255,14 @@ class SimulatedRobot:
             _, com, _ = inertia.physical_from_inertial(self.nominal.inertial)
             position = np.asarray(com[self.payload_body])
         self.payload_position = np.asarray(position, float)
-        payload_inertia = (inertia.inertia_matrix_from_entries(*s.payload_inertia)
-                           if s.payload_inertia is not None else np.zeros((3, 3)))
+        self.payload_inertia = np.asarray(
+            inertia.inertia_matrix_from_entries(*s.payload_inertia)
+            if s.payload_inertia is not None else np.zeros((3, 3)), float)
         # Both truths are computed before the first step: eager JAX ops compile on first use,
         # which would stall a real-time loop.
         self.with_payload = edits.add_rigid_body(self.nominal, self.payload_body,
                                                  s.payload_mass, self.payload_position,
-                                                 payload_inertia)
+                                                 self.payload_inertia)
         self._truth_table = {held: self.truths(held) for held in (False, True)}
         self.payload_held = False
         self._payload_due = s.payload_time >= 0.0
@@ -455,8 +456,8 @@ class SimulatedRobot:
 
     def truths(self, held: bool) -> dict[str, float]:
         """{name: true value} of every configured parameter with or without the payload, in
-        physical units; `payload.*` parameters are the held payload's mass (0 while none is
-        held) and centre of mass in the frame of `model.payload`.
+        physical units; `payload.*` parameters are the held payload's mass and inertia (0
+        while none is held) and centre of mass in the frame of `model.payload`.
 
         Raises:
           InputError: `payload.*` parameters of a `model.payload` on another link.
@@ -476,7 +477,9 @@ class SimulatedRobot:
         rotation = np.reshape(payload.rotation, (3, 3))
         com = rotation.T @ (self.payload_position - np.asarray(payload.translation))
         mass = self.settings.payload_mass if held else 0.0
-        truth = dict(zip(PAYLOAD_ATTRIBUTES, [mass, *com]))
+        inertia_c = rotation.T @ self.payload_inertia @ rotation if held else np.zeros((3, 3))
+        truth = dict(zip(PAYLOAD_ATTRIBUTES,
+                         [mass, *com, *np.asarray(inertia.inertia_entries(inertia_c))]))
         values.update({n: float(truth[n.partition('.')[2]]) for n in free})
         return values
 

@@ -369,7 +369,7 @@ class EstimatorNode(LifecycleNode):
         link = cfg.model.payload['link']
         return payload_action.PayloadAction(
             self, dataclasses.replace(profile, payload_frame=frame), problem.names, identified,
-            link, [cfg.model.payload['mass'], *cfg.model.payload['com']],
+            link, problem.spec.payload.nominal,
             payload_handoff.frame_offset(pmodel, link, frame), self._settings, problem,
             self._current_positions)
 

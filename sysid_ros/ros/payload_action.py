@@ -178,7 +178,7 @@ class PayloadAction:
       names: (M,) the estimator's parameter names.
       bounds: the configured bounds of the `payload.*` parameters it identifies.
       link: the payload link (`model.payload.link`), the frame of the estimate.
-      nominal: (4,) the configuration's payload mass and centre of mass.
+      nominal: (10,) the configuration's payload (`Payload.nominal`).
       offset: (rotation (3, 3), translation (3,) [m]) of the link in the profile's payload
         frame (`payload_handoff.frame_offset`).
       settings: the node's values of `PARAMETERS` (and `steady_windows`).

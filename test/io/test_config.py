@@ -227,6 +227,12 @@ BAD = [
     ('model.payload', {'link': 'link2', 'com': [0.0, 1.0]}, 'model.payload.com: expected 3 '
                                                             'numbers'),
     ('model.payload', {'link': 'link2', 'size': 1}, 'model.payload.size: unknown key'),
+    ('model.payload', {'link': 'link2', 'inertia': [0.1] * 6}, 'model.payload.inertia: '
+                                                               'expected a map of ixx, ixy'),
+    ('model.payload', {'link': 'link2', 'inertia': {'ixz': 0.1, 'i': 1}},
+     'model.payload.inertia.i: unknown key'),
+    ('model.payload', {'link': 'link2', 'inertia': {'ixx': 0.3, 'iyy': 0.1, 'izz': 0.1}},
+     'model.payload.inertia: not the inertia of a real body'),
     ('model', None, 'model: missing section'),
     ('parameters', None, 'parameters: missing section'),
     ('parameters', {}, 'parameters: expected a non-empty map'),

@@ -20,11 +20,11 @@ def panda():
 
 def test_held_payload_takes_the_nominal_for_what_is_not_identified():
     payload = held_payload(NAMES, [3.0, 1.2, 0.01, 0.05], [0.1, 0.02, 0.003, 0.004],
-                           'panda_link7', [0.5, 0.1, 0.2, 0.3])
+                           'panda_link7', [0.5, 0.1, 0.2, 0.3] + [0.0] * 6)
     assert payload.mass == 1.2 and payload.mass_std == 0.02
     np.testing.assert_array_equal(payload.com, [0.01, 0.2, 0.05])
     np.testing.assert_array_equal(payload.com_std, [0.003, 0.0, 0.004])
-    assert held_payload(('link1.mass',), [1.0], [0.1], 'a', [0, 0, 0, 0]) is None
+    assert held_payload(('link1.mass',), [1.0], [0.1], 'a', [0] * 10) is None
     assert payload_bounds(NAMES, {**BOUNDS, 'link1.mass': (0, 9)}) == BOUNDS
 
 
@@ -34,7 +34,7 @@ def test_payload_moves_into_the_flange_frame_of_the_panda(panda):
     np.testing.assert_allclose(rotation, np.eye(3), atol=1e-12)
     np.testing.assert_allclose(translation, [0.0, 0.0, -0.107], atol=1e-12)
     payload = held_payload(NAMES, [3.0, 1.2, 0.01, 0.15], [0.1, 0.02, 0.003, 0.004],
-                           'panda_link7', [0, 0, 0, 0])
+                           'panda_link7', [0] * 10)
     moved = expressed_in(payload, 'panda_link8', rotation, translation)
     np.testing.assert_allclose(moved.com, [0.01, 0.0, 0.043], atol=1e-12)
     np.testing.assert_allclose(moved.com_std, payload.com_std)
@@ -43,7 +43,7 @@ def test_payload_moves_into_the_flange_frame_of_the_panda(panda):
 
 def test_expressed_in_rotates_the_centre_of_mass_and_its_spread():
     payload = held_payload(NAMES, [0, 2.0, 0.1, 0.0], [0, 0.01, 0.003, 0.0004], 'a',
-                           [0, 0, 0, 0])
+                           [0] * 10)
     quarter_turn = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
     moved = expressed_in(payload, 'b', quarter_turn, np.array([0.0, 0.0, 1.0]))
     np.testing.assert_allclose(moved.com, [0.0, 0.1, 1.0], atol=1e-12)
@@ -77,7 +77,7 @@ def test_steady_mean_needs_the_last_windows_within_one_std():
 
 
 def test_gate_names_each_reason():
-    good = held_payload(NAMES, [0, 1.2, 0.01, 0.05], [0, 0.02, 0.003, 0.004], 'a', [0] * 4)
+    good = held_payload(NAMES, [0, 1.2, 0.01, 0.05], [0, 0.02, 0.003, 0.004], 'a', [0] * 10)
     assert refusals(good, True, LIMITS, BOUNDS) == []
     assert refusals(good, False, LIMITS, BOUNDS)[0].startswith('not converged')
     uncertain = good._replace(mass_std=0.2, com_std=np.array([0.0, 0.0, 0.03]))
@@ -90,7 +90,7 @@ def test_gate_names_each_reason():
 
 
 def test_gate_holds_a_load_change_of_the_wrong_sign_or_within_the_noise():
-    estimate = held_payload(NAMES, [0, 1.2, 0.01, 0.05], [0, 0.02, 0.003, 0.004], 'a', [0] * 4)
+    estimate = held_payload(NAMES, [0, 1.2, 0.01, 0.05], [0, 0.02, 0.003, 0.004], 'a', [0] * 10)
     assert refusals(estimate, True, LIMITS, BOUNDS, previous_mass=0.5, change=1) == []
     assert refusals(estimate, True, LIMITS, BOUNDS, previous_mass=0.5, change=0) == []
     put_down, = refusals(estimate, True, LIMITS, BOUNDS, previous_mass=0.5, change=-1)
@@ -99,3 +99,29 @@ def test_gate_holds_a_load_change_of_the_wrong_sign_or_within_the_noise():
     # 1.2 kg after 1.17 kg is within two of its 0.02 kg stds: not evidently picked up
     within, = refusals(estimate, True, LIMITS, BOUNDS, previous_mass=1.17, change=1)
     assert "not above the current load's 1.17 kg by 2 stds" in within
+
+
+RIGID = NAMES + ('payload.inertia.ixx', 'payload.inertia.ixy', 'payload.inertia.izz')
+
+
+def test_a_rigid_payloads_inertia_turns_with_its_frame_and_must_be_a_bodys():
+    nominal = [0.0] * 7 + [0.004, 0.0, 0.0]                     # iyy nominal, others identified
+    payload = held_payload(RIGID, [0, 1.2, 0.01, 0.05, 0.002, 0.001, 0.003],
+                           [0, 0.02, 0.003, 0.004, 1e-4, 1e-4, 1e-4], 'a', nominal)
+    np.testing.assert_array_equal(
+        payload.inertia, [[0.002, 0.001, 0.0], [0.001, 0.004, 0.0], [0.0, 0.0, 0.003]])
+    quarter_turn = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    moved = expressed_in(payload, 'b', quarter_turn, np.zeros(3))
+    np.testing.assert_allclose(
+        moved.inertia, [[0.004, -0.001, 0.0], [-0.001, 0.002, 0.0], [0.0, 0.0, 0.003]],
+        atol=1e-15)
+    bounds = {**BOUNDS, 'payload.inertia.ixx': (0.0, 0.1), 'payload.inertia.ixy': (-0.1, 0.1),
+              'payload.inertia.izz': (0.0, 0.1)}
+    assert refusals(payload, True, LIMITS, bounds) == []
+    # ixx beyond iyy + izz: no body has it.
+    flat = held_payload(RIGID, [0, 1.2, 0.01, 0.05, 0.009, 0.0, 0.003],
+                        [0, 0.02, 0.003, 0.004, 1e-4, 1e-4, 1e-4], 'a', nominal)
+    (found,) = refusals(flat, True, LIMITS, bounds)
+    assert 'not that of a real body' in found
+    with pytest.raises(ValueError, match='nominal: expected 10 values'):
+        held_payload(NAMES, [0, 1.2, 0.01, 0.05], [0] * 4, 'a', [0] * 4)

@@ -115,6 +115,7 @@ def test_payload_on_a_fixed_frame_of_a_reduced_urdf():
     # when it merges fixed joints and locks the fingers (and joints 5-7 here do not move it).
     import pinocchio as pin
     from sysid_ros.io import model_io
+    from sysid_ros.io import problem as problem_io
     d = {'model': {'urdf': 'example-robot-data:panda',
                    'payload': {'link': 'panda_hand', 'mass': 0.5, 'com': [0.0, 0.0, 0.05]}},
          'parameters': {'payload': {'mass': {'min': 0.0, 'max': 4.0},
@@ -128,6 +129,18 @@ def test_payload_on_a_fixed_frame_of_a_reduced_urdf():
     expected = pmodel.inertias[7] + pin.Inertia(
         2.0, hand.placement.act(np.array([0.0, 0.0, 0.1])), np.zeros((3, 3)))
     np.testing.assert_allclose(params.inertial[6], expected.toDynamicParameters(), atol=1e-12)
+    # A rigid payload: its inertia in panda_hand's axes (turned about z from the body's).
+    d['model']['payload']['inertia'] = {'ixx': 0.002, 'ixy': 0.0005, 'iyy': 0.003, 'izz': 0.004}
+    d['parameters']['payload']['inertia'] = {'izz': {'min': 0.0, 'max': 0.1}}
+    problem = pipeline.build_problem(config_io.from_dict(d))
+    params = problem.spec.to_params(jnp.array([2.0, 0.1, 0.006]), problem.base_params)
+    own = np.array([[0.002, 0.0005, 0.0], [0.0005, 0.003, 0.0], [0.0, 0.0, 0.006]])
+    expected = pmodel.inertias[7] + hand.placement.act(
+        pin.Inertia(2.0, np.array([0.0, 0.0, 0.1]), own))
+    np.testing.assert_allclose(params.inertial[6], expected.toDynamicParameters(), atol=1e-12)
+    body = {b.name: b for b in problem_io.identified_inertias(problem, [2.0, 0.1, 0.006])}
+    np.testing.assert_allclose(body['payload'].inertia, own, atol=1e-15)
+    del d['model']['payload']['inertia'], d['parameters']['payload']['inertia']
     d['model']['payload']['link'] = 'gripper'
     with pytest.raises(ConfigError, match=r'model\.payload\.link: no link or frame named '
                                           r"'gripper'"):

@@ -348,8 +348,9 @@ def test_payload_is_a_rigid_body_as_pinocchio_adds_one():
     got = _to_params(spec, theta, BASE)
     # Pinocchio: link2 with its new mass, plus the payload's inertia moved from the payload
     # frame (rotated a quarter turn about z, 0.5 m along x) into link2's frame.
+    _, com, moments_2 = inertia.physical_from_inertial(BASE.inertial[1])
     link2 = pin.Inertia.FromDynamicParameters(np.asarray(
-        inertia.inertial_from_physical(1.1, *inertia.physical_from_inertial(BASE.inertial[1])[1:])))
+        inertia.inertial_from_physical(1.1, com, moments_2)))
     payload_frame = pin.SE3(np.reshape(RIGID_PAYLOAD.rotation, (3, 3)),
                             np.asarray(RIGID_PAYLOAD.translation))
     held = payload_frame.act(pin.Inertia(1.2, np.array([0.03, 0.0, -0.05]), moments))
