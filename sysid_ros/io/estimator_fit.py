@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sysid_ros.core.inference import registry
+from sysid_ros.core.inference.kernels import lm
 from sysid_ros.core.inference.base import GaussianPrior
 from sysid_ros.core.likelihoods import likelihood as lik
 from sysid_ros.io import estimator_data
@@ -147,6 +148,8 @@ def fit_estimator(problem: Problem, trajs, method: str, iterations: int,
     covariance = covariance_dof = None
     if est.laplace is not None and np.isfinite(best_loss):
         hessian, covariance, covariance_dof = _best_laplace(est, steps.state, best)
+        covariance = covariance + np.asarray(lm.undetermined_covariance(
+            jnp.asarray(hessian), jnp.square(spec.range_width(best_theta)) / 12.0))
         info['identifiability'] = _identifiability(problem, method, hessian, best_theta,
                                                    'estimate', log)
     # Mini-batch losses are noisy: the convergence test reads their mean over an epoch.

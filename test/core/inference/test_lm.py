@@ -122,6 +122,53 @@ def test_identifiability_names_the_direction_the_data_cannot_see():
     np.testing.assert_allclose(weakest, [2 ** -0.5, 2 ** -0.5, 0.0], atol=1e-8)
 
 
+def test_a_prior_adds_its_own_information_to_the_covariance():
+    """With a prior (mu, Lambda) the covariance is CR2 with Lambda in the bread and, as one
+    more independent source of information, in the meat: C^-1 (meat + Lambda) C^-1."""
+    blocks, full, y = _linear_problem(4)
+    precision = np.diag([4.0, 0.0, 0.0])
+    solution = np.linalg.lstsq(full, y, rcond=None)[0]
+    lin = lm.linearize(blocks, jnp.asarray(solution[:M]),
+                       jnp.asarray(solution[M:].reshape(K, S)), None,
+                       (jnp.zeros(M), jnp.asarray(precision)))
+    prior_full = np.zeros((full.shape[1],) * 2)
+    prior_full[:M, :M] = precision
+    inverse = np.linalg.inv(full.T @ full + prior_full)
+    e = full @ solution - y
+    meat = prior_full.copy()
+    for k in range(K):
+        x_k, e_k = full[k * N:(k + 1) * N], e[k * N:(k + 1) * N]
+        w, v = np.linalg.eigh(np.eye(N) - x_k @ inverse @ x_k.T)
+        score = x_k.T @ (v * np.maximum(w, 1e-6) ** -0.5) @ v.T @ e_k
+        meat += np.outer(score, score)
+    dense = (inverse @ meat @ inverse)[:M, :M]
+    np.testing.assert_allclose(lm.laplace_covariance(lin), dense, rtol=1e-7, atol=1e-12)
+    # theta_0 entering no residual: the prior alone determines it, with its own variance.
+    lin = lm.linearize(lambda t, s_, d: blocks(t.at[0].set(0.0), s_, d),
+                       jnp.asarray(solution[:M]), jnp.asarray(solution[M:].reshape(K, S)),
+                       None, (jnp.zeros(M), jnp.asarray(precision)))
+    np.testing.assert_allclose(lm.laplace_covariance(lin)[0, 0], 0.25, rtol=1e-9)
+
+
+def test_directions_the_data_cannot_see_keep_the_prior_variance():
+    # theta_0 and theta_1 enter only through their sum, known exactly: with independent
+    # priors of variances 1 and 4 on them, their difference keeps what the prior says.
+    a = np.array([[1.0, 1.0, 0.0], [2.0, 2.0, 1.0], [0.0, 0.0, 3.0]])
+    hessian = jnp.asarray(a.T @ a)
+    variance = jnp.asarray([1.0, 4.0, 9.0])
+    added = np.asarray(lm.undetermined_covariance(hessian, variance))
+    # Prior of (t0, t1) conditioned on t0 + t1: var t0 = 1 - 1 / 5, cov = -(1 * 4) / 5.
+    np.testing.assert_allclose(added[:2, :2], [[0.8, -0.8], [-0.8, 0.8]], atol=1e-9)
+    np.testing.assert_allclose(added[2], 0.0, atol=1e-9)
+    total = added + np.linalg.pinv(a.T @ a)
+    assert np.all(np.linalg.eigvalsh(total) > 0.0)                   # every direction has one
+    determined = jnp.asarray(np.diag([1.0, 2.0, 3.0]))
+    np.testing.assert_array_equal(lm.undetermined_covariance(determined, variance), 0.0)
+    # The identifiability report's predicted std counts them: the uniform prior of the range.
+    ident = lm.identifiability(hessian, 2.0 * jnp.ones(3))
+    assert float(ident.predicted_std[0]) > 0.3 * 2.0 / np.sqrt(12.0)
+
+
 @pytest.mark.parametrize('start', [0.0, 10.0])
 def test_nonlinear_fit_converges_from_far(start):
     """r = exp(theta t) - y for a decaying exponential, starts free offsets."""

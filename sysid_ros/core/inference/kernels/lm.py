@@ -45,16 +45,20 @@ H_ts_k H_ss_k^-1 H_st_k block k's share of it, and u_k = A_k^T r_k - H_ts_k H_ss
 its effective score. The covariance is cluster-robust with Bell & McCaffrey's (2002) bias
 reduction ("CR2"):
 
-    V = sum_k d_k d_k^T,   d_k = C^-1 (I - C_k C^-1)^(-1/2) u_k,
+    V = sum_k d_k d_k^T + C^-1 Lambda C^-1,   d_k = C^-1 (I - C_k C^-1)^(-1/2) u_k,
 
 the parameter-space form (push-through identity) of scaling block k's residuals by
-(I - H_kk)^(-1/2), H_kk its leverage. Like the plain sandwich C^-1 (sum_k u_k u_k^T) C^-1
+(I - H_kk)^(-1/2), H_kk its leverage; the prior is one more independent source whose score
+at the truth has covariance Lambda (without it, a direction only the prior determines would
+get no variance). Like the plain sandwich C^-1 (sum_k u_k u_k^T) C^-1
 (CR0) it needs no noise level and stays honest when samples within a block are correlated
 or the model misfits the data; unlike CR0 it is unbiased for independent residuals:
 scores at the estimate are smaller than at the truth because the fit has absorbed part of
 every block's noise (coverage of CR0, CR2 and CR3: `docs/design/inference.md`). Intervals
 take Student-t quantiles with K - 1 dof (`covariance_dof`). With one block, C^-1 scaled by
-the residual variance (sum |r|^2 / degrees of freedom) is used.
+the residual variance (sum |r|^2 / degrees of freedom) is used. Directions C does not
+determine at all get no variance here; `undetermined_covariance` gives them theirs from a
+prior (e.g. the bounds').
 """
 
 from __future__ import annotations
@@ -69,7 +73,8 @@ from sysid_ros.core.inference.base import Kernel, KernelData
 
 __all__ = ['FTOL', 'STEP_TOL', 'MAX_DAMPING', 'INITIAL_DAMPING', 'DIAG_FLOOR', 'Linearization',
            'LMState', 'LMInfo', 'linearize', 'build_kernel', 'run', 'schur_hessian',
-           'posterior_covariance', 'laplace_covariance', 'covariance_dof', 'Identifiability',
+           'posterior_covariance', 'laplace_covariance', 'undetermined_covariance',
+           'covariance_dof', 'Identifiability',
            'identifiability']
 
 FTOL = 1e-10
@@ -295,6 +300,7 @@ def laplace_covariance(lin: Linearization) -> jax.Array:
     reduced, _, inv_st, inv_g = _eliminate(lin, 0.0)
     if lin.h_ts.shape[0] == 1:
         return _scaled_pinv(reduced) * lin.sum_squares / covariance_dof(lin)
+    prior = lin.h_tt - jnp.sum(lin.block_h_tt, axis=0)                         # Lambda
     scores = lin.scores - jnp.einsum('kms,ks->km', lin.h_ts, inv_g)
     shares = lin.block_h_tt - jnp.einsum('kms,ksl->kml', lin.h_ts, inv_st)     # C_k
     # In Jacobi-scaled units (so that units do not decide what is singular):
@@ -309,7 +315,27 @@ def laplace_covariance(lin: Linearization) -> jax.Array:
             root_inv @ (score * scale))
 
     steps = jax.vmap(adjusted)(shares, scores) * scale                          # (K, M)
-    return steps.T @ steps
+    inverse = (root_inv @ root_inv) * scale[:, None] * scale[None, :]             # C^-1
+    return steps.T @ steps + inverse @ prior @ inverse
+
+
+def undetermined_covariance(hessian, variance, scale=None) -> jax.Array:
+    """(M, M) covariance of theta along the directions the Gauss-Newton `hessian` (M, M)
+    does not determine (eigenvalues of S A S below PINV_RTOL of the largest, S = diag(scale),
+    default Jacobi as in `_scaled_pinv`: the directions `laplace_covariance` and
+    `posterior_covariance` give no variance): a prior N(., diag(variance)) (M,) [physical
+    units^2] conditioned on the combinations the data determine, D - D L^T (L D L^T)^+ L D
+    with L those combinations. Zero where every direction is determined."""
+    if scale is None:
+        scale = 1.0 / jnp.sqrt(_floored(jnp.diagonal(hessian)))
+    w, v = jnp.linalg.eigh(hessian * scale[:, None] * scale[None, :])
+    kept = w > PINV_RTOL * jnp.max(w)
+    determined = (v * kept).T / scale[None, :]                # rows u_i^T S^-1, 0 where not
+    variance = jnp.asarray(variance, hessian.dtype)
+    spread = determined * variance[None, :]                   # L D
+    gram = spread @ determined.T                              # L D L^T
+    conditioned = jnp.diag(variance) - spread.T @ jnp.linalg.pinv(gram, hermitian=True) @ spread
+    return jnp.where(jnp.all(kept), 0.0, 0.5 * (conditioned + conditioned.T))
 
 
 def _psd_power(matrix, power, floor=None):
@@ -350,8 +376,10 @@ class Identifiability(NamedTuple):
       singular_values: (M,) of the Jacobian with each column scaled by its parameter's
         range, descending [-].
       condition_number: () largest over smallest singular value (inf if one is zero).
-      predicted_std: (M,) sqrt(diag(A^+)) [physical units]: the std a fit would have with
-        unit-variance independent residuals.
+      predicted_std: (M,) sqrt(diag(A^+ + U)) [physical units]: the std a fit would have with
+        unit-variance independent residuals, U the variance the directions A does not
+        determine keep of a uniform prior over each parameter's range
+        (`undetermined_covariance`).
       directions: (M, M) right singular vectors (rows, descending): the parameter
         combinations (in range-scaled units) each singular value belongs to.
     """
@@ -371,6 +399,8 @@ def identifiability(hessian, scale) -> Identifiability:
     order = jnp.argsort(-eigenvalues)
     singular = jnp.sqrt(jnp.maximum(eigenvalues[order], 0.0))
     condition = jnp.where(singular[-1] > 0.0, singular[0] / singular[-1], jnp.inf)
-    std = jnp.sqrt(jnp.maximum(jnp.diagonal(_scaled_pinv(hessian, scale)), 0.0))
+    covariance = (_scaled_pinv(hessian, scale)
+                  + undetermined_covariance(hessian, jnp.square(scale) / 12.0, scale))
+    std = jnp.sqrt(jnp.maximum(jnp.diagonal(covariance), 0.0))
     return Identifiability(singular_values=singular, condition_number=condition,
                            predicted_std=std, directions=vectors[:, order].T)
