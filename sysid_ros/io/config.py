@@ -8,7 +8,8 @@ and what was expected, e.g. `config/foo.yaml: estimator.particles: expected int 
 
 Sections: `model`, `parameters`, `data`, `estimator`, `online`, `excitation` (see the
 dataclasses of `io.config_sections` for every key, its default and unit). `parameters` is a
-nested map whose leaves are `{min, max, init}`:
+nested map whose leaves are `{min, max, init, std}` (`std`: a Gaussian prior about the
+nominal value, `io.nominal_prior`):
 
     /**:
       ros__parameters:
@@ -155,7 +156,8 @@ def _with_prefix(cfg: Config, prefix: str) -> Config:
                                                     'link': name(model.payload['link'])})
     parameters = ParametersConfig(
         bounds={parameter(k): v for k, v in cfg.parameters.bounds.items()},
-        init={parameter(k): v for k, v in cfg.parameters.init.items()})
+        init={parameter(k): v for k, v in cfg.parameters.init.items()},
+        std={parameter(k): v for k, v in cfg.parameters.std.items()})
     data = dataclasses.replace(cfg.data, mocap_frames=tuple(name(f)
                                                             for f in cfg.data.mocap_frames))
     online = dataclasses.replace(cfg.online, push_parameters={
@@ -296,6 +298,8 @@ def to_dict(cfg: Config) -> dict[str, Any]:
         node['min'], node['max'] = lo, hi
         if name in cfg.parameters.init:
             node['init'] = cfg.parameters.init[name]
+        if name in cfg.parameters.std:
+            node['std'] = cfg.parameters.std[name]
     out['parameters'] = tree
     return out
 

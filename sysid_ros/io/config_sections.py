@@ -51,7 +51,7 @@ UNUSED_BY_ACTUATOR = {
     'viscous': ('coulomb', 'stribeck.torque', 'stribeck.velocity'),
     'coulomb_viscous': ('stribeck.torque', 'stribeck.velocity'),
 }
-_BOUND_KEYS = ('min', 'max', 'init')
+_BOUND_KEYS = ('min', 'max', 'init', 'std')
 
 
 # ------------------------------------------------------------------------------------------
@@ -214,10 +214,16 @@ class ParametersConfig:
       bounds: flat name (e.g. 'link2.com.x') -> (min, max) in physical units (+-inf allowed),
         in file order; see `core.model.parameters` for the names and units.
       init: flat name -> initial value, for the parameters that give one.
+      std: flat name -> standard deviation of a Gaussian prior about the parameter's nominal
+        value (its `init`, else the model's value) [physical units], for the parameters
+        that give one (`io.nominal_prior`): holds what the data cannot tell apart, e.g. the
+        link parameters a motion does not separate, near the nominal model; the others
+        have a flat prior within their bounds.
     """
 
     bounds: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
     init: dict[str, float] = dataclasses.field(default_factory=dict)
+    std: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -229,27 +235,29 @@ class ParametersConfig:
         if not isinstance(d, Mapping) or not d:
             raise error(path, 'parameters', 'expected a non-empty map of links and joints, '
                         f'got {d!r}')
-        bounds, init = {}, {}
+        bounds, init, std = {}, {}, {}
         for obj, tree in d.items():
             if not isinstance(obj, str) or not obj:
                 raise error(path, f'parameters.{obj}', 'expected a link or joint name')
-            _flatten(tree, (obj,), path, bounds, init)
-        return cls(bounds=bounds, init=init)
+            _flatten(tree, (obj,), path, bounds, init, std)
+        return cls(bounds=bounds, init=init, std=std)
 
 
-def _flatten(tree, keys: tuple[str, ...], path, bounds, init) -> None:
-    """Walk `parameters.<obj>.<attr...>` down to the `{min, max, init}` leaves."""
+def _flatten(tree, keys: tuple[str, ...], path, bounds, init, std) -> None:
+    """Walk `parameters.<obj>.<attr...>` down to the `{min, max, init, std}` leaves."""
     key = 'parameters.' + '.'.join(str(k) for k in keys)
     if not isinstance(tree, Mapping) or not tree:
-        raise error(path, key, f'expected a map with min/max (and optional init), got {tree!r}')
+        raise error(path, key, f'expected a map with min/max (and optional init, std), got '
+                    f'{tree!r}')
     leaf_keys = [k for k in tree if k in _BOUND_KEYS]
     if not leaf_keys:
         for sub, subtree in tree.items():
-            _flatten(subtree, keys + (str(sub),), path, bounds, init)
+            _flatten(subtree, keys + (str(sub),), path, bounds, init, std)
         return
     if len(leaf_keys) != len(tree):
         other = [k for k in tree if k not in _BOUND_KEYS]
-        raise error(path, f'{key}.{other[0]}', 'unknown key; expected one of min, max, init')
+        raise error(path, f'{key}.{other[0]}', 'unknown key; expected one of '
+                    + ', '.join(_BOUND_KEYS))
     attribute = '.'.join(keys[1:])
     if attribute not in _parameters.ATTRIBUTES:
         raise error(path, key, f'unknown attribute {attribute!r}; expected one of '
@@ -269,6 +277,11 @@ def _flatten(tree, keys: tuple[str, ...], path, bounds, init) -> None:
         if not lo <= value <= hi:
             raise error(path, f'{key}.init', f'expected number in [{lo}, {hi}], got {value!r}')
         init[name] = value
+    if 'std' in tree:
+        value = as_number(tree['std'], path, f'{key}.std')
+        if not 0.0 < value < math.inf:
+            raise error(path, f'{key}.std', f'expected a finite number > 0, got {value!r}')
+        std[name] = value
 
 
 @dataclasses.dataclass(frozen=True)

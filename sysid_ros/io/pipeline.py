@@ -23,6 +23,7 @@ from sysid_ros.io import config as config_io
 from sysid_ros.io import config_sections
 from sysid_ros.io import estimator_data
 from sysid_ros.io import integration_step
+from sysid_ros.io import nominal_prior
 from sysid_ros.io.config import Config, config_error
 from sysid_ros.io.estimator_fit import fit_estimator, start_point_fit
 from sysid_ros.io.fit_result import FitResult
@@ -66,7 +67,8 @@ def fit(config: Config | Problem | MechanismProblem | str,
       seed: seed of the starting particles and the methods' randomness (default:
         `estimator.seed`).
       prior: a Gaussian prior over the parameters in physical units, e.g. an earlier fit's
-        posterior (`earlier_estimate.read_prior`); None: flat within the bounds. Not for
+        posterior (`earlier_estimate.read_prior`); None: flat within the bounds. Joined with
+        the configured `parameters.<name>.std` (`nominal_prior.with_earlier`). Not for
         mechanisms (factor_graph).
       log: `log(line)` receives warnings before the fit (identifiability) and notes,
         among them the integration step chosen (`io.integration_step`: with `model.dt`
@@ -100,6 +102,9 @@ def fit(config: Config | Problem | MechanismProblem | str,
         if prior is not None:
             raise config_error(cfg, 'estimator.method', 'factor_graph takes no prior from an '
                                'earlier estimate')
+        if cfg.parameters.std:
+            raise config_error(cfg, f'parameters.{next(iter(cfg.parameters.std))}.std',
+                               'factor_graph takes no prior; expected no std')
         from sysid_ros.io import mechanism_fit      # gtsam is imported only for mechanisms
         return mechanism_fit.fit_factor_graph(problem, trajs, progress, start)
     spec = problem.spec
@@ -111,6 +116,7 @@ def fit(config: Config | Problem | MechanismProblem | str,
                              f'{theta0.shape}')
     log = log or (lambda line: None)
     seed = cfg.estimator.seed if seed is None else int(seed)
+    prior = nominal_prior.with_earlier(problem, prior)
 
     def fit_once(problem: Problem, theta0, **more) -> FitResult:
         return fit_estimator(problem, trajs, method, iterations, progress=progress,
