@@ -10,7 +10,8 @@ payload: the fit's model class holds the truth), each effect of `realistic_arm.A
 and `all` of them.
 
 The fit is the payload workflow of the docs with the shipped defaults: lm, the equation
-error (`estimator.residual: equation_error`), the payload's mass and centre of mass, each
+error (`estimator.residual: equation_error`), the payload's mass, centre of mass and inertia
+about it (`--payload-model point`: without the inertia), each
 joint's viscous and Coulomb friction, torque offset and reflected rotor inertia (armature:
 a geared arm's is comparable to its distal links' inertia, and a payload fit without it
 absorbs it: 42-68 % heavy on one truth), the torque noise estimated from the data
@@ -27,7 +28,7 @@ fit:
     `warnings` were not empty.
 
 Usage: python -m bench.realistic [--quick] [--truths N] [--settings none all ...]
-                                 [--duration S] [--out DIR]
+                                 [--duration S] [--payload-model rigid|point] [--out DIR]
 Ends with `RESULT realistic payload_err_pct=... payload_cov90=... friction_cov90=...
 warned_when_off=K/N` (the first three over the `all` setting: median payload error and the
 coverages; the last pooled over every fit of the run).
@@ -53,10 +54,17 @@ RATE = 100.0                     # [Hz] of the recordings and the fit
 LEVEL = 0.9
 OFF_STDS = 3.0
 SETTINGS = ('none',) + Effects.names() + ('all',)
+# The payload's own inertia about its centre of mass [kg m^2], every entry identified (a user
+# does not know the object's axes).
+PAYLOAD_INERTIA = {'ixx': {'min': 0.0, 'max': 0.05}, 'iyy': {'min': 0.0, 'max': 0.05},
+                   'izz': {'min': 0.0, 'max': 0.05}, 'ixy': {'min': -0.02, 'max': 0.02},
+                   'ixz': {'min': -0.02, 'max': 0.02}, 'iyz': {'min': -0.02, 'max': 0.02}}
+PAYLOAD_MODELS = ('rigid', 'point')
 
 
-def fit_config() -> dict:
-    """The payload workflow's configuration (module doc)."""
+def fit_config(payload_model: str = 'rigid') -> dict:
+    """The payload workflow's configuration (module doc); `payload_model` 'point' leaves the
+    payload's own inertia out."""
     friction = {'damping': {'min': 0.0, 'max': 2.0}, 'coulomb': {'min': 0.0, 'max': 3.0},
                 'offset': {'min': -3.0, 'max': 3.0}, 'armature': {'min': 0.0, 'max': 1.0}}
     return {
@@ -66,7 +74,9 @@ def fit_config() -> dict:
         'parameters': {'payload': {'mass': {'min': 0.0, 'max': 5.0},
                                    'com': {'x': {'min': -0.2, 'max': 0.2},
                                            'y': {'min': -0.2, 'max': 0.2},
-                                           'z': {'min': -0.1, 'max': 0.3}}},
+                                           'z': {'min': -0.1, 'max': 0.3}},
+                                   **({'inertia': PAYLOAD_INERTIA}
+                                      if payload_model == 'rigid' else {})},
                        **{joint: friction for joint in JOINTS}},
         'data': {'rate': RATE},
         'estimator': {'method': 'lm', 'residual': 'equation_error'},
@@ -109,10 +119,11 @@ def score(result, truth) -> dict:
             'converged': bool(result.converged), 'wall_s': result.wall_time}
 
 
-def run(settings, truths: int, duration: float, log=print) -> dict[str, list[dict]]:
+def run(settings, truths: int, duration: float, payload_model: str = 'rigid',
+        log=print) -> dict[str, list[dict]]:
     """Fit `truths` recordings per setting; returns the scores per setting."""
     arm = RealisticArm('example-robot-data:panda', JOINTS, PAYLOAD_LINK)
-    problem = pipeline.build_problem(from_dict(fit_config()))
+    problem = pipeline.build_problem(from_dict(fit_config(payload_model)))
     scores: dict[str, list[dict]] = {s: [] for s in settings}
     for k in range(truths):
         truth = arm.draw_truth(np.random.default_rng([k, 11]))
@@ -151,14 +162,18 @@ def main(argv=None) -> None:
     parser.add_argument('--truths', type=int, default=None)
     parser.add_argument('--settings', nargs='+', choices=SETTINGS, default=None)
     parser.add_argument('--duration', type=float, default=None, help='[s] per recording')
+    parser.add_argument('--payload-model', choices=PAYLOAD_MODELS, default='rigid',
+                        help="the fit's payload: a rigid body (its inertia identified, the "
+                             'default) or a point mass')
     parser.add_argument('--out', default=os.path.join('out', 'bench_realistic'))
     args = parser.parse_args(argv)
     jax.config.update('jax_enable_x64', True)
     truths = args.truths or (6 if args.quick else 20)
     settings = args.settings or (('none', 'all') if args.quick else SETTINGS)
     duration = args.duration or (15.0 if args.quick else 30.0)
-    print(f'{truths} truths x settings {", ".join(settings)}, {duration:g} s at {RATE:g} Hz')
-    scores = run(settings, truths, duration)
+    print(f'{truths} truths x settings {", ".join(settings)}, {duration:g} s at {RATE:g} Hz, '
+          f'a {args.payload_model} payload')
+    scores = run(settings, truths, duration, args.payload_model)
     rows = summary(scores)
     print(f'\n{"setting":14s} {"payload err %":>13s} {"payload cov90":>13s} '
           f'{"friction cov90":>14s} {"off>3std":>8s} {"warned":>6s}')
