@@ -31,8 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from sysid_ros.core.inference import registry
-from sysid_ros.core.inference.kernels import lm
 from sysid_ros.core.inference.base import GaussianPrior
+from sysid_ros.core.inference.kernels import lm
 from sysid_ros.core.likelihoods import likelihood as lik
 from sysid_ros.io import estimator_data
 from sysid_ros.io.compile_cache import cached, compiled_estimator, method_error, method_options
