@@ -23,12 +23,14 @@ def _enable_x64():
     import jax
     jax.config.update('jax_enable_x64', True)
     # Compiled programs are cached on disk, so a second `sysid fit` / `sysid demo` of the same
-    # problem starts at once. JAX_COMPILATION_CACHE_DIR (or an empty value to disable) wins.
+    # problem starts at once. JAX_COMPILATION_CACHE_DIR (or an empty value to disable) and
+    # JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS win.
     cache = os.environ.get('JAX_COMPILATION_CACHE_DIR',
                            os.path.join(os.path.expanduser('~'), '.cache', 'sysid_ros', 'jax'))
     if cache:
         jax.config.update('jax_compilation_cache_dir', cache)
-        jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
+        jax.config.update('jax_persistent_cache_min_compile_time_secs', float(
+            os.environ.get('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', 0.0)))
 
 
 def _cmd_verify(args) -> int:
@@ -67,7 +69,8 @@ def _estimate_table(result) -> str:
 
 def _cmd_fit(args) -> int:
     from sysid_ros.io import config as config_io
-    from sysid_ros.io import description_files, html_report, pipeline, progress, results, units
+    from sysid_ros.io import (compile_clock, description_files, html_report, pipeline,
+                              progress, results, units)
 
     cfg = config_io.load_yaml(args.config)
     if args.particles:
@@ -83,23 +86,25 @@ def _cmd_fit(args) -> int:
     prior = None
     if args.prior:
         prior = _read_prior(args.prior, problem)
-    with progress.progress_bar(f'sysid fit [{method}]') as report:
-        result = pipeline.fit(problem, trajectories, progress=report, method=method,
-                              iterations=args.iterations, log=_log_line, prior=prior)
-    extra = {'config': os.path.abspath(args.config)}
-    if args.prior:
-        extra['prior'] = os.path.abspath(args.prior)
-    scores = figures = held = None
-    if args.bag:
-        extra['bag'] = os.path.abspath(args.bag)
-        if isinstance(problem, pipeline.Problem):        # mechanisms: no rollout metrics yet
-            evaluated_on = 'held-out' if held_out else 'training'
-            scores, held = _held_out(problem, result.particles, held_out or trajectories,
-                                     evaluated_on)
-            figures = _figures(problem, held, evaluated_on, *html_report.posterior_sample(
-                result.method, result.estimate, result.particles, result.covariance))
-    else:
-        extra['data'] = [os.path.abspath(p) for p in args.data]
+    with compile_clock.CompileClock() as clock:
+        with progress.progress_bar(f'sysid fit [{method}]') as report:
+            result = pipeline.fit(problem, trajectories, progress=report, method=method,
+                                  iterations=args.iterations, log=_log_line, prior=prior)
+        extra = {'config': os.path.abspath(args.config)}
+        if args.prior:
+            extra['prior'] = os.path.abspath(args.prior)
+        scores = figures = held = None
+        if args.bag:
+            extra['bag'] = os.path.abspath(args.bag)
+            if isinstance(problem, pipeline.Problem):    # mechanisms: no rollout metrics yet
+                evaluated_on = 'held-out' if held_out else 'training'
+                scores, held = _held_out(problem, result.particles, held_out or trajectories,
+                                         evaluated_on)
+                figures = _figures(problem, held, evaluated_on, *html_report.posterior_sample(
+                    result.method, result.estimate, result.particles, result.covariance))
+        else:
+            extra['data'] = [os.path.abspath(p) for p in args.data]
+    result.info.update(clock.summary())
     urdf = problem.identified_urdf(result.estimate)
     controller = None
     if cfg.online.push_parameters:              # what the live estimator would push

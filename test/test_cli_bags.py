@@ -58,6 +58,11 @@ def test_fit_from_bag_writes_results_and_metrics(workdir, tmp_path, capsys):
     assert 'Measured vs predicted (held-out)' in (out / 'report.html').read_text()
     estimate = results.read_estimate(out)
     assert estimate['bag'] == str(root / 'runs')
+    # The command's JAX programs: compiled, or loaded from the persistent cache of an earlier
+    # run in this test session.
+    compiled = estimate['diagnostics']
+    assert compiled['programs_compiled'] + compiled['programs_loaded'] > 0
+    assert compiled['compile_s'] >= 0.0 and compiled['trace_s'] > 0.0
     for name, truth in TRUE.items():
         entry = estimate['parameters'][name]
         assert set(entry) >= {'mean', 'std', 'min', 'max'}
