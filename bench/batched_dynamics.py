@@ -33,7 +33,8 @@ def particles(params, num, rng):
         coulomb=jnp.zeros((num, nb)),
         stribeck=jnp.zeros((num, nb, 2)),
         offset=jnp.zeros((num, nb)),
-        gain=jnp.ones((num, nb)))
+        gain=jnp.ones((num, nb)),
+        load_coulomb=jnp.zeros((num, nb)))
 
 
 def rollout_loss(model):

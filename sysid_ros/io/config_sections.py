@@ -47,8 +47,8 @@ TORQUE_SAMPLES = ('held', 'instantaneous')
 
 # Friction attributes that each white-box actuator model leaves unused.
 UNUSED_BY_ACTUATOR = {
-    'ideal': ('damping', 'coulomb', 'stribeck.torque', 'stribeck.velocity'),
-    'viscous': ('coulomb', 'stribeck.torque', 'stribeck.velocity'),
+    'ideal': ('damping', 'coulomb', 'stribeck.torque', 'stribeck.velocity', 'load_coulomb'),
+    'viscous': ('coulomb', 'stribeck.torque', 'stribeck.velocity', 'load_coulomb'),
     'coulomb_viscous': ('stribeck.torque', 'stribeck.velocity'),
 }
 _BOUND_KEYS = ('min', 'max', 'init', 'std')

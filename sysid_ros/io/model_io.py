@@ -171,7 +171,8 @@ def urdf_text(urdf: str) -> str:
 
 def joint_dynamics(urdf: str) -> dict[str, dict[str, float]]:
     """Joint name -> the values of its `<sysid:dynamics>` element (`urdf_export`: armature,
-    offset, gain, stribeck_torque, stribeck_velocity; absent attributes at their defaults),
+    offset, gain, stribeck_torque, stribeck_velocity, load_coulomb; absent ones at their
+    defaults),
     for the joints of `urdf` (as `load_pinocchio` takes it) that have one.
 
     Raises:
@@ -252,6 +253,7 @@ def from_pinocchio(pmodel: pin.Model, dtype=jnp.float64,
                                        extra['stribeck_velocity']], axis=1), dtype),
         offset=jnp.asarray(extra['offset'], dtype),
         gain=jnp.asarray(extra['gain'], dtype),
+        load_coulomb=jnp.asarray(extra['load_coulomb'], dtype),
     )
     return model, params
 

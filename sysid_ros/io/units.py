@@ -28,6 +28,7 @@ ATTRIBUTE_UNITS: dict[str, tuple[str, str]] = {
     'armature': ('kg m^2', 'kg'),
     'offset': ('N m', 'N'),
     'gain': ('-', '-'),
+    'load_coulomb': ('-', '-'),
     'origin.x': _LENGTH, 'origin.y': _LENGTH, 'origin.z': _LENGTH,
     'origin.roll': _ANGLE, 'origin.pitch': _ANGLE, 'origin.yaw': _ANGLE,
 }

@@ -23,7 +23,8 @@ __all__ = ['JOINT_DYNAMICS_NAMESPACE', 'JOINT_DYNAMICS_ATTRIBUTES', 'update_urdf
 JOINT_DYNAMICS_NAMESPACE = 'urn:sysid_ros:joint-dynamics'
 # attribute -> its default (written only where a joint's value differs from it)
 JOINT_DYNAMICS_ATTRIBUTES = {'armature': 0.0, 'offset': 0.0, 'gain': 1.0,
-                             'stribeck_torque': 0.0, 'stribeck_velocity': 0.0}
+                             'stribeck_torque': 0.0, 'stribeck_velocity': 0.0,
+                             'load_coulomb': 0.0}
 _JOINT_DYNAMICS = f'{{{JOINT_DYNAMICS_NAMESPACE}}}dynamics'
 ET.register_namespace('sysid', JOINT_DYNAMICS_NAMESPACE)
 
@@ -87,7 +88,8 @@ def _set_joint_dynamics(joint, params: Params, i: int):
         joint.remove(old)
     values = {'armature': params.armature[i], 'offset': params.offset[i],
               'gain': params.gain[i], 'stribeck_torque': params.stribeck[i, 0],
-              'stribeck_velocity': params.stribeck[i, 1]}
+              'stribeck_velocity': params.stribeck[i, 1],
+              'load_coulomb': params.load_coulomb[i]}
     if any(float(values[k]) != default for k, default in JOINT_DYNAMICS_ATTRIBUTES.items()):
         ET.SubElement(joint, _JOINT_DYNAMICS, {k: _fmt(v) for k, v in values.items()})
 

@@ -22,12 +22,13 @@ def _perturbed(params, seed):
                                armature=jnp.asarray(rng.uniform(0.0, 0.3, nb)),
                                offset=jnp.asarray(rng.normal(scale=0.2, size=nb)),
                                gain=jnp.asarray(rng.uniform(0.95, 1.05, nb)),
-                               stribeck=jnp.asarray(rng.uniform(0.0, 0.2, (nb, 2))))
+                               stribeck=jnp.asarray(rng.uniform(0.0, 0.2, (nb, 2))),
+                               load_coulomb=jnp.asarray(rng.uniform(0.0, 0.1, nb)))
 
 
 def _assert_same(params, reloaded):
     for name in ('inertial', 'placement', 'damping', 'coulomb', 'armature', 'offset', 'gain',
-                 'stribeck'):
+                 'stribeck', 'load_coulomb'):
         np.testing.assert_allclose(getattr(reloaded, name), getattr(params, name), atol=1e-9,
                                    err_msg=name)
 
@@ -69,4 +70,4 @@ def test_joint_dynamics_are_written_only_where_they_differ_from_their_defaults()
     assert written.count('<sysid:dynamics ') == 1
     assert model_io.joint_dynamics(written) == {model.joint_names[1]: {
         'armature': 0.02, 'offset': 0.0, 'gain': 1.0, 'stribeck_torque': 0.0,
-        'stribeck_velocity': 0.0}}
+        'stribeck_velocity': 0.0, 'load_coulomb': 0.0}}

@@ -162,7 +162,7 @@ def flexible_loop(num_links: int = 12, arm_lengths=(0.3, 0.3, 0.25, 0.25, 0.2, 0
     params = Params(inertial=jnp.asarray(np.stack(inertials), dtype),
                     placement=jnp.asarray(np.stack(placements), dtype), armature=zeros,
                     damping=zeros, coulomb=zeros, stribeck=jnp.zeros((nb, 2), dtype),
-                    offset=zeros, gain=jnp.ones((nb,), dtype))
+                    offset=zeros, gain=jnp.ones((nb,), dtype), load_coulomb=zeros)
     return FlexibleLoop(model, params, tuple(range(na)), tuple(bend_in), tuple(bend_out),
                         end_effector, ee_offset, tuple(tips),
                         np.array([link_length, 0.0, 0.0]), np.stack(clamp_R),

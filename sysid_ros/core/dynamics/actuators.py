@@ -21,13 +21,20 @@ constant torque that the joint's sensor or actuator adds to the command (signed;
 identified, as FloBaRoID does),
 d = `params.damping`, c = `params.coulomb`, [fs, vs] = `params.stribeck`, [a; b] a network
 output and sgn the smooth sign `tanh(qd / eps)`. All products are elementwise, per joint.
-Inverse dynamics with an additive model is therefore u = (rnea(q, qd, qdd) + friction + o) / g
-(`command_for`).
+
+Load-dependent friction (the five white- and grey-box models above `nn_residual`): a joint
+also loses k |tau| sgn(qd) of the torque tau it transmits, k = `params.load_coulomb` (a
+harmonic drive's friction grows with its load). With w the table's torque,
+tau + k |tau| sgn(qd) = w, solved in closed form for 0 <= k < 1:
+tau = w / (1 + k sgn(qd) sgn(w)) (`transmitted`); k = 0 leaves w. Inverse dynamics with an
+additive model is therefore u = (tau + k |tau| sgn(qd) + friction + o) / g, tau =
+rnea(q, qd, qdd) (`command_for`).
 
 Passivity: with u = 0 and o = 0 a passive model's friction torque tau_f satisfies
 qd . tau_f <= 0, so the mechanical energy E (whose rate is dE/dt = qd . tau) never increases.
-For the white-box models this holds when d, c, fs >= 0, which the virtual-parameter map is to
-enforce; the `nn_friction` model guarantees it for any network weights (see `nn_friction`).
+For the white-box models this holds when d, c, fs >= 0 and 0 <= k < 1 (load-dependent
+friction shrinks a driving torque and grows a braking one), which the virtual-parameter map is
+to enforce; the `nn_friction` model guarantees it for any network weights (see `nn_friction`).
 An offset o is the conservative torque -o of the potential o . q, so then E + o . q never
 increases.
 
@@ -35,6 +42,8 @@ Every function takes one state (no batch axes; batch with `jax.vmap`) and is dif
 with respect to q, qd, u and every leaf of `Params`. Network weights are read from
 `params.network` (a tuple of `(W, b)` pairs, see `networks` and `init_network`).
 """
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -56,10 +65,31 @@ def smooth_sign(qd, eps=DEFAULT_EPS):
     return jnp.tanh(qd / eps)
 
 
+def transmitted(params: Params, qd, torque, eps=DEFAULT_EPS):
+    """The torque (nv,) a joint transmits where, before its load-dependent friction, it would
+    get `torque` (nv,) [N m, N]: tau with tau + load_coulomb |tau| tanh(qd / eps) = torque
+    (module doc); exact, continuous, and `torque` itself where load_coulomb is 0."""
+    slip = params.load_coulomb * smooth_sign(qd, eps) * jnp.sign(torque)
+    return torque / (1.0 + slip)
+
+
+def load_friction(params: Params, qd, torque, eps=DEFAULT_EPS):
+    """(nv,) the load-dependent friction torque load_coulomb |tau| tanh(qd / eps) of joints
+    transmitting `torque` = tau (nv,) [N m, N] (module doc)."""
+    return params.load_coulomb * jnp.abs(torque) * smooth_sign(qd, eps)
+
+
 def command_for(model: RobotModel, params: Params, q, qd, applied, actuator_fn):
     """The command u (nv,) under which the additive actuator `actuator_fn` applies the joint
-    torques `applied` (nv,) [N m, N] at (q, qd): u = (applied - actuator(q, qd, 0)) / gain."""
-    return (applied - actuator_fn(model, params, q, qd, jnp.zeros_like(q))) / params.gain
+    torques `applied` (nv,) [N m, N] at (q, qd):
+    u = (applied + load friction - actuator(q, qd, 0) without it) / gain (module doc)."""
+    passive = actuator_fn(model, without_load_friction(params), q, qd, jnp.zeros_like(q))
+    return (applied + load_friction(params, qd, applied) - passive) / params.gain
+
+
+def without_load_friction(params: Params) -> Params:
+    """`params` with no load-dependent friction (load_coulomb 0)."""
+    return dataclasses.replace(params, load_coulomb=jnp.zeros_like(params.load_coulomb))
 
 
 def joint_features(model: RobotModel, q):
@@ -101,14 +131,14 @@ def ideal(model: RobotModel, params: Params, q, qd, u):
     Returns:
       (nv,) torques/forces applied at the joints [N m, N].
     """
-    del model, q, qd
-    return params.gain * u - params.offset
+    del model, q
+    return transmitted(params, qd, params.gain * u - params.offset)
 
 
 def viscous(model: RobotModel, params: Params, q, qd, u):
     """Viscous friction, tau = gain u - offset - damping * qd (arguments as in `ideal`)."""
     del model, q
-    return params.gain * u - params.offset - params.damping * qd
+    return transmitted(params, qd, params.gain * u - params.offset - params.damping * qd)
 
 
 def coulomb_viscous(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS):
@@ -123,8 +153,8 @@ def coulomb_viscous(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_
       eps: velocity scale of the smooth sign [rad/s or m/s], see `DEFAULT_EPS`.
     """
     del model, q
-    return (params.gain * u - params.offset - params.damping * qd
-            - params.coulomb * smooth_sign(qd, eps))
+    return transmitted(params, qd, params.gain * u - params.offset - params.damping * qd
+                       - params.coulomb * smooth_sign(qd, eps), eps)
 
 
 def stribeck(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS):
@@ -145,7 +175,8 @@ def stribeck(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS):
     del model, q
     fs, vs = params.stribeck[:, 0], params.stribeck[:, 1]
     breakaway = params.coulomb + fs * _stribeck_bump(qd, vs)
-    return params.gain * u - params.offset - params.damping * qd - breakaway * smooth_sign(qd, eps)
+    return transmitted(params, qd, params.gain * u - params.offset - params.damping * qd
+                       - breakaway * smooth_sign(qd, eps), eps)
 
 
 def nn_friction(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS):
@@ -179,7 +210,8 @@ def nn_friction(model: RobotModel, params: Params, q, qd, u, *, eps=DEFAULT_EPS)
     out = networks.mlp(params.network, jnp.concatenate([joint_features(model, q), qd]))
     gain, level = jax.nn.softplus(out[:nv]), jax.nn.softplus(out[nv:])
     friction = -gain * qd - level * smooth_sign(qd, eps)
-    return params.gain * u - params.offset - params.damping * qd + friction
+    return transmitted(params, qd, params.gain * u - params.offset - params.damping * qd
+                       + friction, eps)
 
 
 def nn_residual(model: RobotModel, params: Params, q, qd, u):

@@ -3,9 +3,11 @@
 Model. With an additive actuator model (`dynamics.control.ADDITIVE_ACTUATORS`) the command
 that moves the joints along (q, qd, qdd) is
 
-    u = RNEA(q, qd, qdd; params) + f(q, qd; params),   f = -actuator(q, qd, u = 0)
+    u = RNEA(q, qd, qdd; params) + k |RNEA| sgn(qd) + f(q, qd; params),
+    f = -actuator(q, qd, u = 0) without the load-dependent friction
 
-(RNEA with the armature, f the friction and offset torques, divided by the gain where one is
+(RNEA with the armature, k = `params.load_coulomb` the load-dependent friction of
+`dynamics.actuators`, f the friction and offset torques, divided by the gain where one is
 identified). The residual r = tau - u of the measured command is Gaussian, independent over
 the kept samples, with a standard deviation sigma_j per joint; for one piece k of N samples
 
@@ -13,7 +15,8 @@ the kept samples, with a standard deviation sigma_j per joint; for one piece k o
 
 combined over the K pieces as the shooting likelihood combines its trajectories ('product'
 or 'sum', `likelihood.combine_trajectories`). Nothing is simulated: a step costs one RNEA
-per kept sample, and u is linear in the inertial parameters and friction coefficients.
+per kept sample, and u is linear in the inertial parameters and friction coefficients (but
+for k |RNEA|).
 
 Causal filter (`filter_samples`; Savitzky & Golay 1964). q, qd and tau go through one causal
 FIR of L = 2 D + 1 taps, the least-squares cubic through the last L samples read at their
@@ -311,8 +314,9 @@ def make_torque_data(setting: EquationErrorLikelihood, q, qd, qdd, tau, tau_rate
 
 def torque_residuals(setting: EquationErrorLikelihood, params: Params, data: TorqueData
                      ) -> jax.Array:
-    """(K, N, nv) residuals tau - (RNEA(q, qd, qdd) + f(q, qd)) / gain [N m, N], f through
-    the value filter at the measured samples (module doc)."""
+    """(K, N, nv) residuals tau - (RNEA + k |RNEA| sgn(qd) + f(q, qd)) / gain [N m, N], f and
+    the sign through the value filter at the measured samples, k the load-dependent friction
+    (`actuators`; module doc)."""
     actuator_fn = actuators.get_actuator(setting.actuator)
     model = setting.model
     nv = model.nv
@@ -322,14 +326,18 @@ def torque_residuals(setting: EquationErrorLikelihood, params: Params, data: Tor
         return rigid_body.rnea(model, params, q, qd, qdd)
 
     def passive(q, qd):
-        return actuator_fn(model, params, q, qd, zero)
+        return actuator_fn(model, unloaded, q, qd, zero)
 
+    unloaded = actuators.without_load_friction(params)
     flat = [a.reshape(-1, nv) for a in (data.q, data.qd, data.qdd)]
     taps = [a.reshape(-1, nv) for a in (data.q_taps, data.qd_taps)]
     at_taps = jax.vmap(passive)(*taps).reshape(data.q_taps.shape)
     filtered = jnp.einsum('l,knlj->knj', data.smooth, at_taps)
     rnea = jax.vmap(rigid)(*flat).reshape(data.tau.shape)
-    return data.tau - (rnea - filtered) / params.gain
+    # Load-dependent friction: k |tau| at the kept sample, its sign filtered at the taps.
+    sign = jnp.einsum('l,knlj->knj', data.smooth, actuators.smooth_sign(data.qd_taps))
+    load = params.load_coulomb * jnp.abs(rnea) * sign
+    return data.tau - (rnea + load - filtered) / params.gain
 
 
 def residual_noise_std(residuals: jax.Array, num_free: int) -> jax.Array:

@@ -56,6 +56,7 @@ def _assemble(name, parents, types, axes, placements, inertials, damping, dtype,
         stribeck=jnp.zeros((nb, 2), dtype),
         offset=jnp.zeros((nb,), dtype),
         gain=jnp.ones((nb,), dtype),
+        load_coulomb=jnp.zeros((nb,), dtype),
     )
     return model, params
 

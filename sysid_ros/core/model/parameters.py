@@ -12,7 +12,9 @@ Attributes of a joint:
   `damping` [N m s/rad or N s/m]; `coulomb` [N m or N]; `stribeck.torque` [N m or N];
   `stribeck.velocity` [rad/s or m/s]; `armature` [kg m^2 or kg]; `offset` [N m or N], a
   signed constant torque the joint's sensor or actuator adds (`Params.offset`); `gain` [-],
-  the torque the joint receives per unit of effort (`Params.gain`); `origin.x|y|z`
+  the torque the joint receives per unit of effort (`Params.gain`); `load_coulomb` [-], the
+  Coulomb torque per unit of the torque the joint transmits (`Params.load_coulomb`);
+  `origin.x|y|z`
   [m] and `origin.roll|pitch|yaw` [rad], the joint placement in the parent frame
   (`Params.placement`).
 Attributes of the payload (`Payload`: a rigid body a body holds, e.g. a tool or a picked-up
@@ -53,26 +55,27 @@ INERTIA_ATTRIBUTES = ('inertia.ixx', 'inertia.ixy', 'inertia.ixz',
                       'inertia.iyy', 'inertia.iyz', 'inertia.izz')
 LINK_ATTRIBUTES = ('mass', 'com.x', 'com.y', 'com.z') + INERTIA_ATTRIBUTES
 JOINT_ATTRIBUTES = ('damping', 'coulomb', 'stribeck.torque', 'stribeck.velocity', 'armature',
-                    'offset', 'gain', 'origin.x', 'origin.y', 'origin.z',
+                    'offset', 'gain', 'load_coulomb', 'origin.x', 'origin.y', 'origin.z',
                     'origin.roll', 'origin.pitch', 'origin.yaw')
 ATTRIBUTES = LINK_ATTRIBUTES + JOINT_ATTRIBUTES
 # Quantities that cannot be negative (diagonal entries of a positive semi-definite inertia too).
 NONNEGATIVE_ATTRIBUTES = frozenset(
     ('mass', 'inertia.ixx', 'inertia.iyy', 'inertia.izz',
-     'damping', 'coulomb', 'stribeck.torque', 'stribeck.velocity', 'armature', 'gain'))
+     'damping', 'coulomb', 'stribeck.torque', 'stribeck.velocity', 'armature', 'gain',
+     'load_coulomb'))
 
 PAYLOAD = 'payload'                  # object name of the payload's parameters
 PAYLOAD_ATTRIBUTES = ('mass', 'com.x', 'com.y', 'com.z') + INERTIA_ATTRIBUTES
 _PAYLOAD_BODY = -1                   # `ParameterSpec.bodies` entry of a payload parameter
 
-# Column of each attribute in the per-body table built by `_table` (nb, 23).
+# Column of each attribute in the per-body table built by `_table` (nb, 24).
 _COLUMN = {a: i for i, a in enumerate(ATTRIBUTES)}
 _NUM_LINK_COLUMNS = len(LINK_ATTRIBUTES)
 _INERTIA_COLUMNS = tuple(_COLUMN[a] for a in INERTIA_ATTRIBUTES)
 # Params field written from each joint column.
 _JOINT_FIELD = {'damping': 'damping', 'coulomb': 'coulomb', 'stribeck.torque': 'stribeck',
                 'stribeck.velocity': 'stribeck', 'armature': 'armature', 'offset': 'offset',
-                'gain': 'gain'}
+                'gain': 'gain', 'load_coulomb': 'load_coulomb'}
 _JOINT_FIELD.update({a: 'placement' for a in JOINT_ATTRIBUTES if a.startswith('origin.')})
 
 # Elementwise bijections R -> (lo, hi), chosen per parameter from its bounds.
@@ -96,12 +99,12 @@ def split_name(name: str) -> tuple[str, str]:
 
 
 def _table(params: Params) -> jax.Array:
-    """Params -> (nb, 23) physical value of every attribute of every body, in ATTRIBUTES order."""
+    """Params -> (nb, 24) physical value of every attribute of every body, in ATTRIBUTES order."""
     mass, com, inertia_c = inertia.physical_from_inertial(params.inertial)
     columns = [mass, com[:, 0], com[:, 1], com[:, 2]]
     columns += list(jnp.moveaxis(inertia.inertia_entries(inertia_c), -1, 0))
     columns += [params.damping, params.coulomb, params.stribeck[:, 0], params.stribeck[:, 1],
-                params.armature, params.offset, params.gain]
+                params.armature, params.offset, params.gain, params.load_coulomb]
     columns += [params.placement[:, k] for k in range(6)]
     dtype = jnp.result_type(*columns)
     return jnp.stack([c.astype(dtype) for c in columns], axis=-1)
@@ -115,14 +118,17 @@ def _inertia_from_six(six):
 def is_friction_consistent(params: Params) -> jax.Array:
     """Per joint: dissipative friction and non-negative armature (all finite).
 
-    damping >= 0, coulomb >= 0, Stribeck torque and velocity >= 0, armature >= 0.
+    damping >= 0, coulomb >= 0, Stribeck torque and velocity >= 0, armature >= 0,
+    0 <= load_coulomb < 1 (a joint cannot lose more than the torque it transmits).
 
     Returns:
       (nb,) bool.
     """
     values = jnp.concatenate([params.damping[..., None], params.coulomb[..., None],
-                              params.stribeck, params.armature[..., None]], axis=-1)
-    return jnp.all(jnp.isfinite(values) & (values >= 0.0), axis=-1)
+                              params.stribeck, params.armature[..., None],
+                              params.load_coulomb[..., None]], axis=-1)
+    return (jnp.all(jnp.isfinite(values) & (values >= 0.0), axis=-1)
+            & (params.load_coulomb < 1.0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -343,6 +349,7 @@ class ParameterSpec:
             'armature': table[:, _COLUMN['armature']],
             'offset': table[:, _COLUMN['offset']],
             'gain': table[:, _COLUMN['gain']],
+            'load_coulomb': table[:, _COLUMN['load_coulomb']],
             'stribeck': table[:, _COLUMN['stribeck.torque']:_COLUMN['stribeck.velocity'] + 1],
             'placement': table[:, _COLUMN['origin.x']:_COLUMN['origin.yaw'] + 1],
         }

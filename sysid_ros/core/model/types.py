@@ -93,6 +93,9 @@ class Params:
       gain: (nb,) torque the joint receives per unit of command or measured effort [-]
         (1: the effort is the torque; an effort read through gains known to a few percent
         identifies the rest).
+      load_coulomb: (nb,) Coulomb friction torque per unit of the torque the joint transmits
+        [-] (a harmonic drive's friction grows with its load; 0: none), see
+        `dynamics.actuators`.
       network: weights of a neural actuator model (a pytree; empty tuple when unused).
     """
 
@@ -104,6 +107,7 @@ class Params:
     stribeck: jax.Array
     offset: jax.Array
     gain: jax.Array
+    load_coulomb: jax.Array
     network: Any = ()
 
     @staticmethod
@@ -112,4 +116,4 @@ class Params:
         z = jnp.zeros((nb,), dtype)
         return Params(inertial=jnp.zeros((nb, 10), dtype), placement=jnp.zeros((nb, 6), dtype),
                       armature=z, damping=z, coulomb=z, stribeck=jnp.zeros((nb, 2), dtype),
-                      offset=z, gain=jnp.ones((nb,), dtype))
+                      offset=z, gain=jnp.ones((nb,), dtype), load_coulomb=z)

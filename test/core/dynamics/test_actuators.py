@@ -177,6 +177,34 @@ def test_gain_scales_the_command_and_command_for_inverts_it(system, name):
     np.testing.assert_allclose(accel(scaled, q, qd, command), qdd, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize('name', PASSIVE)
+def test_load_friction_takes_its_share_of_the_transmitted_torque(system, name):
+    """With load-dependent friction k the joint transmits tau with tau + k |tau| sgn(qd) = w,
+    w the torque without it; the friction still only dissipates, and `command_for` inverts
+    the forward dynamics."""
+    model, params, x0 = system
+    params = _params_for(model, params, name)
+    loaded = dataclasses.replace(params, load_coulomb=jnp.array([0.08, 0.3]))
+    rng = np.random.default_rng(5)
+    q = jnp.asarray(rng.uniform(-np.pi, np.pi, (512, 2)))
+    qd = jnp.asarray(rng.normal(size=(512, 2)) * 10.0 ** rng.uniform(-4, 1, (512, 1)))
+    u = jnp.asarray(rng.normal(scale=3.0, size=(512, 2)))
+    fn = jax.jit(jax.vmap(actuators.ACTUATORS[name], in_axes=(None, None, 0, 0, 0)))
+    w, tau = fn(model, params, q, qd, u), fn(model, loaded, q, qd, u)
+    np.testing.assert_allclose(tau + loaded.load_coulomb * np.abs(tau)
+                               * actuators.smooth_sign(qd), w, rtol=1e-12, atol=1e-12)
+    passive = fn(model, loaded, q, qd, jnp.zeros_like(u))
+    assert float(jnp.max(jnp.sum(qd * passive, axis=1))) <= 0.0
+    qd0, qdd = x0[2:] + jnp.array([0.0, 0.4]), jnp.array([1.5, -2.0])
+    command = actuators.command_for(model, loaded, x0[:2], qd0,
+                                    rigid_body.rnea(model, loaded, x0[:2], qd0, qdd),
+                                    actuators.get_actuator(name))
+    accel = integrators.forward_dynamics(model, loaded, x0[:2], qd0, command, actuator=name)
+    np.testing.assert_allclose(accel, qdd, rtol=1e-10, atol=1e-10)
+    grads = jax.grad(lambda p: jnp.sum(fn(model, p, q, qd, u)))(loaded)
+    assert np.all(np.isfinite(grads.load_coulomb)) and np.all(grads.load_coulomb != 0.0)
+
+
 def test_stribeck_gradients_finite_at_zero_stribeck_velocity(system):
     model, params, _ = system
     zero = dataclasses.replace(params, stribeck=jnp.zeros((2, 2)))

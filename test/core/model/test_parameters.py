@@ -36,7 +36,8 @@ def _base() -> Params:
                   armature=jnp.array([0.01, 0.02]), damping=jnp.array([0.1, 0.2]),
                   coulomb=jnp.array([0.05, 0.03]),
                   stribeck=jnp.array([[0.02, 0.1], [0.01, 0.2]]),
-                  offset=jnp.array([0.4, -0.3]), gain=jnp.array([1.05, 0.97]))
+                  offset=jnp.array([0.4, -0.3]), gain=jnp.array([1.05, 0.97]),
+                  load_coulomb=jnp.array([0.02, 0.04]))
 
 
 BASE = _base()

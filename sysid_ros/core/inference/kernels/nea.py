@@ -116,6 +116,10 @@ def _check_regression(spec, actuator, method: str) -> None:
     if gains:
         raise ValueError(f'{method}: {gains[0]}: a joint gain scales every other term of the '
                          'regression (not linear); use method diffnea or lm to identify it')
+    loads = [n for n, a in zip(spec.names, spec.attributes) if a == 'load_coulomb']
+    if loads:
+        raise ValueError(f'{method}: {loads[0]}: load-dependent friction scales with the rigid '
+                         'torque (not linear); use method diffnea or lm to identify it')
     if not callable(actuator) and actuator not in ADDITIVE_ACTUATORS:
         raise ValueError(f'{method}: actuator {actuator!r} is not additive; expected one of '
                          f'{sorted(ADDITIVE_ACTUATORS)}')
