@@ -38,6 +38,6 @@ def test_the_equation_error_recovers_friction_that_grows_with_the_load():
 
 
 def test_load_friction_needs_a_friction_model():
-    with pytest.raises(ConfigError, match="joint1.load_coulomb: load_coulomb is not part of "
+    with pytest.raises(ConfigError, match='joint1.load_coulomb: load_coulomb is not part of '
                                           "actuator 'viscous'"):
         _problem(actuator='viscous', friction={'load_coulomb': FRICTION['load_coulomb']})
