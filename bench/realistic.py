@@ -12,7 +12,8 @@ and `all` of them.
 The fit is the payload workflow of the docs with the shipped defaults: lm, the equation
 error (`estimator.residual: equation_error`), the payload's mass, centre of mass and inertia
 about it (`--payload-model point`: without the inertia), each
-joint's viscous and Coulomb friction, torque offset and reflected rotor inertia (armature:
+joint's viscous, Coulomb and load-dependent Coulomb friction (`load_coulomb`), torque offset
+and reflected rotor inertia (armature:
 a geared arm's is comparable to its distal links' inertia, and a payload fit without it
 absorbs it: 42-68 % heavy on one truth), the torque noise estimated from the data
 (`data.torque_noise_std` empty), the filter window chosen by the fit. The recordings hand
@@ -66,6 +67,7 @@ def fit_config(payload_model: str = 'rigid') -> dict:
     """The payload workflow's configuration (module doc); `payload_model` 'point' leaves the
     payload's own inertia out."""
     friction = {'damping': {'min': 0.0, 'max': 2.0}, 'coulomb': {'min': 0.0, 'max': 3.0},
+                'load_coulomb': {'min': 0.0, 'max': 0.5},
                 'offset': {'min': -3.0, 'max': 3.0}, 'armature': {'min': 0.0, 'max': 1.0}}
     return {
         'model': {'urdf': 'example-robot-data:panda', 'joints': JOINTS,
