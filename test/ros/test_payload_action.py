@@ -20,12 +20,14 @@ from sysid_ros_interfaces.action import IdentifyPayload
 from ur_msgs.srv import SetPayload
 import yaml
 
+from sysid_ros.core.model.parameters import Payload
 from sysid_ros.io import drivers, excitation, model_io, pipeline
 from sysid_ros.io.config import from_dict
 from sysid_ros.io.payload_handoff import frame_offset, HeldPayload
 from sysid_ros.ros.payload_action import handed_payload, payload_request, PayloadAction
 
 NAMES = ('payload.mass', 'payload.com.x', 'payload.com.y', 'payload.com.z')
+NOMINAL = Payload(body=0).nominal             # a point mass of no mass at the link's origin
 BOUNDS = {'payload.mass': (0.0, 5.0), **{f'payload.com.{c}': (-0.3, 0.3) for c in 'xyz'}}
 SETTINGS = {'payload_max_mass_std': 0.05, 'payload_max_com_std': 0.01, 'steady_windows': 3,
             'payload_timeout': 3.0, 'payload_service_timeout': 2.0,
@@ -142,12 +144,12 @@ def _action(node, offset, service='/service_server/set_load', excite=None):
     profile = dataclasses.replace(drivers.DRIVERS['franka'], payload_frame='panda_link8',
                                   payload_service=service)
     if excite is None:
-        return PayloadAction(node, profile, NAMES, BOUNDS, 'panda_link7', [0.0, 0.0, 0.0, 0.0],
-                             offset, SETTINGS)
+        return PayloadAction(node, profile, NAMES, BOUNDS, 'panda_link7', NOMINAL, offset,
+                             SETTINGS)
     problem, path = excite
     settings = dict(SETTINGS, payload_excitation=path, payload_controller='')
-    return PayloadAction(node, profile, NAMES, BOUNDS, 'panda_link7', [0.0, 0.0, 0.0, 0.0],
-                         offset, settings, problem, lambda: REST)
+    return PayloadAction(node, profile, NAMES, BOUNDS, 'panda_link7', NOMINAL, offset,
+                         settings, problem, lambda: REST)
 
 
 def _feed(action, std, windows=8, period=0.1):

@@ -87,17 +87,26 @@ def test_covariance_is_bell_mccaffrey_cr2_of_the_full_design():
     solution = np.linalg.lstsq(full, y, rcond=None)[0]
     lin = lm.linearize(blocks, jnp.asarray(solution[:M]),
                        jnp.asarray(solution[M:].reshape(K, S)), None)
-    inverse = np.linalg.inv(full.T @ full)
+    np.testing.assert_allclose(lm.laplace_covariance(lin), _dense_cr2(full, y, solution),
+                               rtol=1e-7, atol=1e-12)
+    assert float(lm.covariance_dof(lin)) == K - 1
+
+
+def _dense_cr2(full, y, solution, prior=None):
+    """The theta block of CR2 on the full design at `solution`, a prior's precision (M, M)
+    in the bread and, as one more source of information, in the meat."""
+    extra = np.zeros((full.shape[1],) * 2)
+    if prior is not None:
+        extra[:M, :M] = prior
+    inverse = np.linalg.inv(full.T @ full + extra)
     e = full @ solution - y
-    meat = np.zeros_like(inverse)
+    meat = extra.copy()
     for k in range(K):
         x_k, e_k = full[k * N:(k + 1) * N], e[k * N:(k + 1) * N]
         w, v = np.linalg.eigh(np.eye(N) - x_k @ inverse @ x_k.T)
         score = x_k.T @ (v * np.maximum(w, 1e-6) ** -0.5) @ v.T @ e_k
         meat += np.outer(score, score)
-    dense = (inverse @ meat @ inverse)[:M, :M]
-    np.testing.assert_allclose(lm.laplace_covariance(lin), dense, rtol=1e-7, atol=1e-12)
-    assert float(lm.covariance_dof(lin)) == K - 1
+    return (inverse @ meat @ inverse)[:M, :M]
 
 
 def test_prior_pulls_towards_its_mean():
@@ -131,18 +140,8 @@ def test_a_prior_adds_its_own_information_to_the_covariance():
     lin = lm.linearize(blocks, jnp.asarray(solution[:M]),
                        jnp.asarray(solution[M:].reshape(K, S)), None,
                        (jnp.zeros(M), jnp.asarray(precision)))
-    prior_full = np.zeros((full.shape[1],) * 2)
-    prior_full[:M, :M] = precision
-    inverse = np.linalg.inv(full.T @ full + prior_full)
-    e = full @ solution - y
-    meat = prior_full.copy()
-    for k in range(K):
-        x_k, e_k = full[k * N:(k + 1) * N], e[k * N:(k + 1) * N]
-        w, v = np.linalg.eigh(np.eye(N) - x_k @ inverse @ x_k.T)
-        score = x_k.T @ (v * np.maximum(w, 1e-6) ** -0.5) @ v.T @ e_k
-        meat += np.outer(score, score)
-    dense = (inverse @ meat @ inverse)[:M, :M]
-    np.testing.assert_allclose(lm.laplace_covariance(lin), dense, rtol=1e-7, atol=1e-12)
+    np.testing.assert_allclose(lm.laplace_covariance(lin),
+                               _dense_cr2(full, y, solution, precision), rtol=1e-7, atol=1e-12)
     # theta_0 entering no residual: the prior alone determines it, with its own variance.
     lin = lm.linearize(lambda t, s_, d: blocks(t.at[0].set(0.0), s_, d),
                        jnp.asarray(solution[:M]), jnp.asarray(solution[M:].reshape(K, S)),
