@@ -276,7 +276,8 @@ def test_the_pause_service_stops_pushes(live, ros):
     assert int(push_values()['sent']) == sent
     response = ros.call(SetBool, '/estimator/pause_push', SetBool.Request(data=False))
     assert response.success and response.message == 'push resumed'
-    assert ros.spin_until(lambda: int(push_values()['sent']) > sent, PUSH_WAIT), push_values()
+    assert ros.spin_until(lambda: int(push_values()['sent']) > sent, PUSH_WAIT), \
+        f'{push_values()}\n{_stalled(live)}'
     assert push_values()['paused'] == 'False'
 
 
