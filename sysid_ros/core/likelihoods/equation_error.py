@@ -325,10 +325,11 @@ def torque_residuals(setting: EquationErrorLikelihood, params: Params, data: Tor
     def rigid(q, qd, qdd):
         return rigid_body.rnea(model, params, q, qd, qdd)
 
+    unloaded = actuators.without_load_friction(params)
+
     def passive(q, qd):
         return actuator_fn(model, unloaded, q, qd, zero)
 
-    unloaded = actuators.without_load_friction(params)
     flat = [a.reshape(-1, nv) for a in (data.q, data.qd, data.qdd)]
     taps = [a.reshape(-1, nv) for a in (data.q_taps, data.qd_taps)]
     at_taps = jax.vmap(passive)(*taps).reshape(data.q_taps.shape)
