@@ -24,7 +24,7 @@ from sysid_ros.io.model_io import frame_in_body, ModelError
 
 __all__ = ['HeldPayload', 'GateLimits', 'held_payload', 'payload_bounds', 'robot_frame',
            'frame_offset', 'expressed_in',
-           'SteadyMean', 'refusals', 'CHANGE_STDS']
+           'SteadyMean', 'on_or_outside_bounds', 'refusals', 'CHANGE_STDS']
 
 _NAMES = tuple(f'{PAYLOAD}.{attribute}' for attribute in PAYLOAD_ATTRIBUTES)
 # How many mass stds a picked-up or put-down load must differ from the previous one by.
@@ -162,6 +162,20 @@ class SteadyMean:
         self._means = []
 
 
+def on_or_outside_bounds(values: dict[str, float],
+                         bounds: dict[str, tuple[float, float]]) -> list[str]:
+    """One line for each of `bounds`' parameters whose value in `values` lies outside its
+    (lower, upper) bounds or within `_ON_BOUND` of their width from one (a fit stopped by a
+    bound, not by the data); a NaN is outside."""
+    found = []
+    for name, (lower, upper) in bounds.items():
+        margin = _ON_BOUND * (upper - lower) if np.isfinite(upper - lower) else 0.0
+        if not lower + margin < values[name] < upper - margin:
+            found.append(f'{name} = {values[name]:.4g} is on or outside its bounds '
+                         f'[{lower:g}, {upper:g}]')
+    return found
+
+
 def refusals(payload: HeldPayload, steady: bool, limits: GateLimits,
              bounds: dict[str, tuple[float, float]], previous_mass: float = 0.0,
              change: int = 0) -> list[str]:
@@ -192,12 +206,8 @@ def refusals(payload: HeldPayload, steady: bool, limits: GateLimits,
         found.append('the inertia about the centre of mass is not that of a real body '
                      f'(principal moments {np.round(np.linalg.eigvalsh(inertia_c), 6)} kg m^2)')
     entries = np.asarray(inertia_entries(inertia_c))
-    values = dict(zip(_NAMES, (payload.mass, *payload.com, *entries)))
-    for name, (lower, upper) in bounds.items():
-        margin = _ON_BOUND * (upper - lower) if np.isfinite(upper - lower) else 0.0
-        if not lower + margin < values[name] < upper - margin:
-            found.append(f'{name} = {values[name]:.4g} is on or outside its bounds '
-                         f'[{lower:g}, {upper:g}]')
+    found += on_or_outside_bounds(dict(zip(_NAMES, (payload.mass, *payload.com, *entries))),
+                                  bounds)
     if change and not change * (payload.mass - previous_mass) > CHANGE_STDS * payload.mass_std:
         found.append(f'mass {payload.mass:.4g} kg is not {"above" if change > 0 else "below"} '
                      f"the current load's {previous_mass:.4g} kg by {CHANGE_STDS:g} stds "

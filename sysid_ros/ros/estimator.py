@@ -92,7 +92,8 @@ PARAMETERS = (
     NodeParameter('autostart', True, 'configure and activate at start (false: wait in '
                   'unconfigured for a lifecycle manager)'),
     NodeParameter('steady_windows', 3, 'windows whose posterior means all lie within one std '
-                  "of the latest: estimate_covariance's converged, the identify_payload gate", 1),
+                  "of the latest: estimate_covariance's converged, the push and identify_payload "
+                  'gates', 1),
     NodeParameter('payload_frame', '', 'the frame the robot takes a payload in (empty: the '
                   "driver profile's, data.driver)"),
     *payload_action.PARAMETERS,
@@ -172,7 +173,8 @@ ENDPOINTS = (JOINT_STATES, TORQUE_COMMANDS, MOCAP_POSES, ROBOT_DESCRIPTION_IN, E
              ESTIMATE_COVARIANCE, INERTIA, PARTICLES, MEASURED, PREDICTED, ROBOT_DESCRIPTION,
              DIAGNOSTICS, RESET, SAVE, PAUSE_PUSH, payload_action.IDENTIFY,
              payload_action.RESTORE,
-             parameter_push.SET_PARAMETERS, payload_action.SET_PAYLOAD,
+             parameter_push.SET_PARAMETERS, parameter_push.GET_PARAMETERS,
+             payload_action.SET_PAYLOAD,
              trajectory_run.FOLLOW_JOINT_TRAJECTORY)
 
 
@@ -314,7 +316,7 @@ class EstimatorNode(LifecycleNode):
             self._push = parameter_push.ParameterPush(
                 self, cfg.online.push_node, cfg.online.push_parameters, problem.names,
                 cfg.parameters.bounds, cfg.online.push_max_std, cfg.online.push_rate)
-            self._own(self.destroy_client, self._push.client)
+            self._own(self._push.destroy, self)
         self._payload = self._payload_action()
         if self._payload is not None:
             self._own(lambda action: action.destroy(), self._payload)
@@ -596,7 +598,7 @@ class EstimatorNode(LifecycleNode):
         now = self.get_clock().now().nanoseconds * 1e-9
         self._diagnostics.published(result, now - result.t_end)
         if self._push is not None:
-            self._push.offer(result.mean, result.std, result.diverged)
+            self._push.offer(result.mean, result.std, result.diverged, steady)
         if self._payload is not None and not result.diverged:
             self._payload.offer(result.index, result.mean, result.std, steady)
 

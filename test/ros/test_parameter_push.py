@@ -1,11 +1,14 @@
 """The push gate (`ros.parameter_push.held_reason`), `ParameterPush` between two rclpy nodes
-(the threshold `online.push_max_std` holds a wide posterior back, a narrow one is taken by the
-controller), and `sysid fit`'s controller parameters file loaded by a real rclpy node with
+(the threshold `online.push_max_std` holds a wide posterior back, as do a moving estimate and a
+mean on its bounds; a narrow one is taken by the controller, which is read first for the value
+replaced), and `sysid fit`'s controller parameters file loaded by a real rclpy node with
 `--params-file` (the live node's pushes over DDS are tested in test_estimator.py)."""
 
 import math
+import time
 
 import numpy as np
+import pytest
 import rclpy
 from rclpy.context import Context
 import yaml
@@ -17,14 +20,22 @@ from sysid_ros.ros.parameter_push import held_reason, ParameterPush
 MAX_STD = np.array([0.075, 0.025])              # [kg, N m s/rad]
 
 
-def test_the_gate_holds_back_paused_diverged_and_wide_posteriors():
+def test_the_gate_holds_back_paused_diverged_moving_wide_and_bounded_posteriors():
     narrow = np.array([0.01, 0.02])
+    bounds = [(0.5, 2.0), (0.0, 1.0)]
+    inside = np.array([1.2, 0.1])
     assert held_reason(narrow, MAX_STD, diverged=False, paused=False) is None
+    assert held_reason(narrow, MAX_STD, False, False, True, inside, bounds) is None
     assert held_reason(narrow, MAX_STD, diverged=False, paused=True) == 'paused'
     assert held_reason(narrow, MAX_STD, diverged=True, paused=False) == 'diverged'
+    assert held_reason(narrow, MAX_STD, False, False, steady=False) == 'unconverged'
     # Every pushed parameter must pass: one wide (or at the threshold, or NaN) holds it back.
     for std in ([0.01, 0.03], [0.075, 0.0], [math.nan, 0.0]):
         assert held_reason(np.array(std), MAX_STD, diverged=False, paused=False) == 'uncertain'
+    # A mean outside its bounds, on one (within 1 % of the width) or NaN is never pushed.
+    for mean in ([2.5, 0.1], [1.2, 0.005], [1.2, 0.996], [math.nan, 0.1]):
+        assert held_reason(narrow, MAX_STD, False, False, True, np.array(mean),
+                           bounds) == 'outside'
 
 
 def test_a_posterior_wider_than_the_threshold_is_held_back_and_a_narrow_one_is_taken(ros):
@@ -47,11 +58,23 @@ def test_a_posterior_wider_than_the_threshold_is_held_back_and_a_narrow_one_is_t
         _, message, values = push.status()
         assert (values['held.uncertain'], values['sent'], message) == \
             (2, 0, 'held back: uncertain')
-        assert push.offer(mean, np.array([5.0, 0.9 * threshold]), diverged=False)
+        narrow = np.array([5.0, 0.9 * threshold])
+        assert not push.offer(mean, narrow, diverged=False, steady=False)
+        assert not push.offer(np.array([1.0, 2.0]), narrow, diverged=False)    # on its bound
+        _, message, values = push.status()
+        assert (values['held.unconverged'], values['held.outside'], values['sent']) == \
+            (1, 1, 0)
+        assert push.offer(mean, narrow, diverged=False)
         assert ros.spin_until(lambda: push.status()[2]['accepted'] == 1, 10.0)
         assert controller.get_parameter('payload_mass').value == 1.2
+        assert push.last_replaced == {'payload_mass': 0.0}
+        time.sleep(0.02)                                    # past the rate limit
+        assert push.offer(mean + 0.1, narrow, diverged=False)
+        assert ros.spin_until(lambda: push.status()[2]['accepted'] == 2, 10.0)
+        assert push.last_replaced == {'payload_mass': 1.2}
+        assert controller.get_parameter('payload_mass').value == pytest.approx(1.3)
     finally:
-        ros.node.destroy_client(push.client)
+        push.destroy(ros.node)
         ros.executor.remove_node(controller)
         controller.destroy_node()
 
