@@ -20,7 +20,11 @@ duplicate, missing (or, with `strict_joint_names`, unknown) joint names, a repea
 stamp older than the stream's last one is dropped and counted under its reason in
 `stats().rejected`. A stamp more than `jump_threshold` seconds older than the stream's last one
 is taken as a jump back in time (a bag replayed from its start, a simulation reset): the
-buffer is cleared, the jump counted, and the sample starts the new data. A window with a gap
+buffer is cleared, the jump counted, and the sample starts the new data. A stamp more than
+`jump_threshold` seconds newer is held back until the stream's next sample: if that one
+follows it (within `jump_threshold`), the stream moved on (a driver back after a restart, the
+clock stepping forward; counted as a jump, both kept); if it follows the old stamps, the held
+sample was an outlier and is dropped (`rejected['future_stamp']`). A window with a gap
 of more than `max_gap` between two samples of a stream is skipped (counted in
 `stats().windows_dropped['gap']`), as are windows that fall out of the `max_buffer` seconds
 kept in memory ('overflow') and, with `pop_window(latest=True)`, the stale windows passed over
@@ -50,8 +54,8 @@ __all__ = [
 
 TORQUE_SOURCES = ('effort', 'command')
 REJECT_REASONS = ('nonfinite', 'wrong_length', 'missing_joint', 'unknown_joint',
-                  'duplicate_joint', 'duplicate_stamp', 'out_of_order', 'unknown_body',
-                  'unused_stream')
+                  'duplicate_joint', 'duplicate_stamp', 'out_of_order', 'future_stamp',
+                  'unknown_body', 'unused_stream')
 STREAMS = ('joint_states', 'torque_commands', 'mocap')
 DROP_REASONS = ('gap', 'lag', 'overflow')
 # Stamps of the last accepted joint states kept to estimate the input rate.
@@ -116,6 +120,9 @@ class _Stream:
         self._v = np.empty((capacity, width))
         self._start = 0
         self._stop = 0
+        # A sample stamped more than the jump threshold after the last one, held until the
+        # next sample tells whether the stream moved on (t, value) or it was an outlier.
+        self.ahead: tuple[float, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return self._stop - self._start
@@ -134,6 +141,7 @@ class _Stream:
 
     def clear(self) -> None:
         self._start = self._stop = 0
+        self.ahead = None
 
     def append(self, t: float, value: np.ndarray) -> None:
         if self._stop == len(self._t):
@@ -472,7 +480,7 @@ class WindowBuffer:
             return False
 
     def _store(self, stream: _Stream, t: float, value: np.ndarray, name: str) -> bool:
-        """Append after the stamp checks (duplicate, out of order, jump back)."""
+        """Append after the stamp checks (duplicate, out of order, jump back, jump ahead)."""
         if len(stream):
             last = stream.last_t
             if t == last:
@@ -482,6 +490,22 @@ class WindowBuffer:
                     return self._reject('out_of_order')
                 self._time_jumps += 1
                 self._clear()
+            elif t - last > self.jump_threshold:
+                ahead = stream.ahead
+                if ahead is None or not ahead[0] < t <= ahead[0] + self.jump_threshold:
+                    if ahead is not None:
+                        self._rejected['future_stamp'] += 1
+                    stream.ahead = (t, value)
+                    return False
+                # The sample held back was the stream moving on (a restarted driver, the
+                # clock stepping forward): both are kept; windows across the step have a gap.
+                self._time_jumps += 1
+                stream.ahead = None
+                stream.append(*ahead)
+                self._accepted[name] += 1
+            elif stream.ahead is not None:
+                stream.ahead = None             # an outlier: the stream went on as before
+                self._rejected['future_stamp'] += 1
         stream.append(t, value)
         self._accepted[name] += 1
         self._prune()

@@ -139,6 +139,34 @@ def test_jump_back_in_time_clears_the_window_and_is_counted():
     np.testing.assert_allclose(w.q, _signals(w.t)[0], atol=1e-3)
 
 
+def test_a_lone_future_stamp_is_dropped_and_a_step_forward_is_kept():
+    """A message stamped far ahead (a clock glitch) is held back and dropped once the stream
+    goes on as before: the windows are the clean ones. A stream that stays ahead (a driver
+    back after a restart, the clock stepping forward) is kept from its first sample on."""
+    stamps = np.arange(120) * 0.005
+    clean, buf = _buffer(jump_threshold=1.0), _buffer(jump_threshold=1.0)
+    _feed(clean, stamps)
+    q, qd, tau = _signals(stamps)
+    for k, t in enumerate(stamps):
+        buf.add_joint_state(t, JOINTS, q[k], qd[k], tau[k])
+        if k in (40, 41, 90):                   # future-stamped: poisoned values
+            assert not buf.add_joint_state(t + 100.0, JOINTS, q[k] + 5.0, qd[k], tau[k])
+    stats = buf.stats()
+    assert stats.rejected['future_stamp'] == 3 and stats.time_jumps == 0
+    np.testing.assert_array_equal(buf.pop_window().q, clean.pop_window().q)
+
+    later = 50.0 + np.arange(101) * 0.005       # the stream steps 50 s forward and stays
+    q, qd, tau = _signals(later)
+    assert not buf.add_joint_state(later[0], JOINTS, q[0], qd[0], tau[0])
+    _feed(buf, later[1:])
+    stats = buf.stats()
+    assert stats.time_jumps == 1 and stats.rejected['future_stamp'] == 3
+    assert stats.accepted['joint_states'] == len(stamps) + len(later)
+    w = buf.pop_window()
+    assert w.t[0] == pytest.approx(50.0)
+    np.testing.assert_allclose(w.q, _signals(w.t)[0], atol=1e-3)
+
+
 def test_gap_inside_a_window_skips_it():
     buf = _buffer(max_gap=0.05)
     stamps = np.concatenate([np.arange(0.0, 0.6, 0.005), np.arange(0.9, 2.0, 0.005)])
