@@ -72,8 +72,10 @@ An `OnlineSession` holds the Problem and the state of one registered estimator
   * Resume: where `online.save_path` holds a posterior of the same parameter names and the
     same model (an earlier run of this configuration, saved at shutdown, on `~/save` or
     every `online.save_interval` seconds), the session starts from it rather than from
-    `online.warm_start` or the bounds, as a warm start does (`resumed` says so; `reset`
-    goes back to the configured start). A file of other parameters or another model is
+    `online.warm_start` or the bounds, as a warm start does, with the saved Laplace summary
+    (m, C) and noise scale as the next prior where the file has them (not the particles'
+    moments: the std after a restart is the std before it; `resumed` says so; `reset` goes
+    back to the configured start). A file of other parameters or another model is
     left alone (`not_resumed` says why).
 
 The session holds a lock: a worker thread may run `update` while a service callback calls
@@ -283,6 +285,9 @@ class OnlineSession:
             self._summary = None
             self._innovations = collections.deque(maxlen=NOISE_SCALE_WINDOWS)
             self._noise_scale = 1.0
+            laplace = posterior_files.load_laplace(path, self.names) if path else None
+            if laplace is not None:
+                self._summary, self._noise_scale = laplace[:2], laplace[2]
             # A posterior file is a previous posterior; Sobol particles are the bounds prior.
             self._has_posterior = bool(path)
 
@@ -532,6 +537,9 @@ class OnlineSession:
         locked = self._lock.acquire(timeout=-1 if timeout is None else timeout)
         try:
             theta = self._particles.copy()
+            laplace = (None if self._summary is None
+                       else (*(np.asarray(a, dtype=float) for a in self._summary),
+                             float(self._noise_scale)))
             summary = {
                 'method': self.method,
                 'num_particles': int(theta.shape[0]),
@@ -549,7 +557,7 @@ class OnlineSession:
             if locked:
                 self._lock.release()
         posterior_files.write_posterior(npz, yml, theta, self.names, self.lower, self.upper,
-                                        summary, self.model_id)
+                                        summary, self.model_id, laplace)
         return npz, yml
 
 

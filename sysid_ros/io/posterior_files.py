@@ -1,5 +1,7 @@
 """Posterior files of the live session: `<stem>.npz` (`particles` (P, M), `names` (M,),
-`lower`, `upper` (M,), `model`: the fingerprint of the model they belong to) beside
+`lower`, `upper` (M,), `model`: the fingerprint of the model they belong to; where the
+session had them, its Laplace summary `laplace_mean` (M,) and `laplace_covariance` (M, M) and
+its `noise_scale`, which a resumed session starts from) beside
 `<stem>.yaml` (a plain summary), each written to a temporary file in the same folder and
 renamed into place, so that a reader never sees half a file, even after a kill mid-write.
 """
@@ -15,7 +17,7 @@ import yaml
 from sysid_ros.io.trajectory import DataError
 
 __all__ = ['posterior_paths', 'write_atomic', 'write_posterior', 'load_posterior',
-           'resume_refusal']
+           'load_laplace', 'resume_refusal']
 
 
 def posterior_paths(path: str | os.PathLike) -> tuple[str, str]:
@@ -71,6 +73,24 @@ def load_posterior(path: str | os.PathLike, names) -> np.ndarray:
     return particles
 
 
+def load_laplace(path: str | os.PathLike, names) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """(mean (M,), covariance (M, M) [physical], noise scale) of a posterior file, in the order
+    of `names` (M,; all in the file, as `load_posterior` checks), or None where the file has
+    no finite summary."""
+    npz, _ = posterior_paths(path)
+    with np.load(npz, allow_pickle=False) as f:
+        if 'laplace_mean' not in f:
+            return None
+        stored = [str(n) for n in f['names']]
+        order = [stored.index(n) for n in names]
+        mean = np.asarray(f['laplace_mean'], dtype=float)[order]
+        cov = np.asarray(f['laplace_covariance'], dtype=float)[np.ix_(order, order)]
+        scale = float(f['noise_scale'])
+    if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(cov)) and np.isfinite(scale)):
+        return None
+    return mean, cov, scale
+
+
 def resume_refusal(path: str | os.PathLike, names, model: str) -> str:
     """Why the posterior file `path` cannot be resumed by a session of parameters `names`
     (M,) on the model of fingerprint `model`; '' when it can (the same names, in any order,
@@ -91,11 +111,17 @@ def resume_refusal(path: str | os.PathLike, names, model: str) -> str:
 
 
 def write_posterior(npz: str, yml: str, theta, names, lower, upper, summary: dict,
-                    model: str = '') -> None:
-    """Write particles `theta` (P, M) with their `names`, `lower` and `upper` (M,) bounds and
-    the `model` fingerprint to `npz`, and the plain `summary` to `yml`, each atomically
+                    model: str = '',
+                    laplace: tuple[np.ndarray, np.ndarray, float] | None = None) -> None:
+    """Write particles `theta` (P, M) with their `names`, `lower` and `upper` (M,) bounds, the
+    `model` fingerprint and the session's `laplace` (mean (M,), covariance (M, M), noise
+    scale; None: none) to `npz`, and the plain `summary` to `yml`, each atomically
     (`write_atomic`)."""
+    extra = {} if laplace is None else {'laplace_mean': laplace[0],
+                                        'laplace_covariance': laplace[1],
+                                        'noise_scale': np.array(laplace[2])}
     write_atomic(npz, lambda f: np.savez(f, particles=theta, names=np.array(names),
-                                         lower=lower, upper=upper, model=np.array(model)))
+                                         lower=lower, upper=upper, model=np.array(model),
+                                         **extra))
     text = yaml.safe_dump(summary, sort_keys=False).encode('utf-8')
     write_atomic(yml, lambda f: f.write(text))

@@ -160,7 +160,12 @@ def test_a_session_resumes_from_its_save_path_of_the_same_model_only(problem, ru
     assert resumed.resumed == npz and resumed.not_resumed == ''
     np.testing.assert_allclose(resumed.particles, run[0].particles,
                                atol=1e-3 * np.max(resumed.upper - resumed.lower))
-    assert resumed.sequential_prior() is not None        # a posterior, not the bounds
+    # The next prior is the one the saved session had (its Laplace summary),
+    # not a Gaussian of its 8 particles' moments.
+    before, after = run[0].sequential_prior(), resumed.sequential_prior()
+    assert run[0].summary is not None and after is not None
+    np.testing.assert_allclose(after.mean, before.mean, rtol=1e-12)
+    np.testing.assert_allclose(after.precision, before.precision, rtol=1e-9)
     resumed.reset()                                       # back to the configured start
     assert resumed.sequential_prior() is None
     # Another model (a heavier nominal link) or other parameters: left alone, with the reason.
