@@ -318,6 +318,9 @@ def test_bad_joint_states_are_counted_without_stopping_the_estimates(live, ros):
             # A jump back in time (a bag restarted): the buffer is cleared, not corrupted.
             messages.arrays_to_joint_state(now - 100.0, ['joint2', 'joint1'], [0.0, 0.0],
                                            [0.0, 0.0], [0.0, 0.0]),
+            # Stamped far ahead, then the sim's stream goes on: dropped as an outlier.
+            messages.arrays_to_joint_state(now + 100.0, ['joint2', 'joint1'], [5.0, 5.0],
+                                           [0.0, 0.0], [0.0, 0.0]),
         ]
         for msg in bad:
             pub.publish(msg)
@@ -329,7 +332,8 @@ def test_bad_joint_states_are_counted_without_stopping_the_estimates(live, ros):
             _, values = _status(got['diagnostics'][-1], 'window buffer')
             return int(values['time_jumps']) >= 1 and all(
                 int(values[f'rejected.{r}']) >= 1 for r in
-                ('nonfinite', 'wrong_length', 'missing_joint', 'out_of_order'))
+                ('nonfinite', 'wrong_length', 'missing_joint', 'out_of_order',
+                 'future_stamp'))
 
         assert ros.spin_until(counted, 10.0), _status(got['diagnostics'][-1], 'window buffer')
         assert ros.spin_until(lambda: len(got['estimates']) > count + 1, ESTIMATE_WAIT), \
