@@ -33,6 +33,8 @@ setup(
         'corner>=2.2',
         'tqdm>=4.60',
     ],
+    # `sysid fleet` (sysid_ros/cli_fleet.py) runs its fits on Ray.
+    extras_require={'fleet': ['ray>=2.40']},
     zip_safe=True,
     maintainer='sysid_ros developers',
     maintainer_email='sysid-ros@example.com',

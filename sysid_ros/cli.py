@@ -1,5 +1,5 @@
 """The `sysid` command line: `sysid verify`, `sysid fit`, `sysid evaluate`, `sysid record`,
-`sysid simulate`, `sysid demo`, `sysid convert`."""
+`sysid simulate`, `sysid demo`, `sysid convert`, `sysid fleet`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from sysid_ros import cli_demo
+from sysid_ros import cli_demo, cli_fleet
 
 # Exit status of `sysid fit` when the fit did not converge or shows a symptom of failure (a
 # WARNING line names each; the results are written all the same). 130: Ctrl-C; 2: bad input.
@@ -532,6 +532,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help='sensor noise std (default 0.001)')
     p.add_argument('--seed', type=int, default=0, metavar='N')
     p.set_defaults(func=cli_demo.cmd_demo)
+
+    cli_fleet.add_parser(sub)
     return parser
 
 
