@@ -175,17 +175,23 @@ class _BagReader:
         for topic in data.mocap_topics:
             wanted[topic] = (topic, (POSE_STAMPED,))
         self.topic_of = {'joints': data.joint_states_topic, 'torque': data.torque_source}
-        topics = {c.topic: c.msgtype for c in reader.connections}
+        topics: dict[str, set[str]] = {}
+        for conn in reader.connections:
+            topics.setdefault(conn.topic, set()).add(conn.msgtype)
+        self.ignored: list[str] = []           # topics with connections of other types
         for topic, (stream, types) in wanted.items():
             if topic not in topics:
                 raise DataError(f'{path}: topic {topic} not in the bag; it has '
                                 f'{sorted(topics) or "no topics"}')
-            if topics[topic] not in types:
+            if not topics[topic] & set(types):
                 raise DataError(f'{path}: topic {topic}: expected messages of type '
-                                f'{" or ".join(types)}, got {topics[topic]}')
+                                f'{" or ".join(types)}, got {" and ".join(sorted(topics[topic]))}')
+            other = sorted(topics[topic] - set(types))
+            if other:
+                self.ignored.append(f'{topic} ({", ".join(other)})')
             self.topic_of[stream] = topic
             for conn in reader.connections:
-                if conn.topic == topic:
+                if conn.topic == topic and conn.msgtype in types:
                     self.conns[conn.id] = (stream, conn)
         self.layout: _JointStateLayout | None = None
         self.columns: dict[tuple, np.ndarray] = {}
@@ -418,7 +424,8 @@ def read_bag(path, joint_names: Sequence[str], data) -> list[BagSegment]:
     onto the grid k / `data.rate` by linear interpolation, as the live `WindowBuffer` does.
     The recording is cut wherever the joint states pause longer than `data.gap`, within the
     `data.segments` time ranges (bag time after the bag's start) if given. Samples with
-    repeated or decreasing stamps are dropped with a warning.
+    repeated or decreasing stamps are dropped with a warning, as are the messages of a topic
+    that carries other message types beside the configured one.
 
     Args:
       path: the bag (a rosbag2 folder or a ROS 1 `.bag` file).
@@ -457,6 +464,9 @@ def read_bag(path, joint_names: Sequence[str], data) -> list[BagSegment]:
                         f'({exc})') from None
     finally:
         reader.close()
+    for topic in bag.ignored:
+        warnings.warn(f'{path}: topic {topic}: messages of another type on the topic were '
+                      'left out', UserWarning, stacklevel=2)
     if bag.dropped:
         warnings.warn(f'{path}: dropped {bag.dropped} messages whose header stamp did not '
                       'increase', UserWarning, stacklevel=2)

@@ -296,3 +296,32 @@ def test_reader_drops_repeated_and_late_stamps_across_chunks(tmp_path, monkeypat
     for key in ('t', 'q', 'qd', 'tau'):
         np.testing.assert_array_equal(getattr(messy[0].trajectory, key),
                                       getattr(clean[0].trajectory, key))
+
+
+def test_a_topic_that_also_carries_another_type_is_read_without_it(tmp_path, good_bag):
+    """A bag from the field with a second publisher of another type on the joint-state topic:
+    the JointState messages are read as if alone, the others left out with a warning."""
+    from rosbags.rosbag2 import Writer
+
+    store = get_typestore(Stores.LATEST)
+    mixed = tmp_path / 'mixed'
+    pose = store.types[bags.POSE_STAMPED](
+        header=store.types['std_msgs/msg/Header'](
+            stamp=store.types['builtin_interfaces/msg/Time'](sec=0, nanosec=5), frame_id=''),
+        pose=store.types['geometry_msgs/msg/Pose'](
+            position=store.types['geometry_msgs/msg/Point'](x=1.0, y=2.0, z=3.0),
+            orientation=store.types['geometry_msgs/msg/Quaternion'](x=0.0, y=0.0, z=0.0,
+                                                                    w=1.0)))
+    with Writer(mixed, version=Writer.VERSION_LATEST) as writer:
+        states = writer.add_connection('/joint_states', bags.JOINT_STATE, typestore=store)
+        poses = writer.add_connection('/joint_states', bags.POSE_STAMPED, typestore=store)
+        with AnyReader([good_bag]) as reader:
+            for k, (_, ns, raw) in enumerate(reader.messages()):
+                writer.write(states, ns, raw)
+                if k % 7 == 0:
+                    writer.write(poses, ns + 1, store.serialize_cdr(pose, bags.POSE_STAMPED))
+    with pytest.warns(UserWarning, match=r'/joint_states \(geometry_msgs/msg/PoseStamped\)'):
+        got = bags.read_bag(mixed, NAMES, _data())
+    alone = bags.read_bag(good_bag, NAMES, _data())
+    np.testing.assert_array_equal(got[0].trajectory.q, alone[0].trajectory.q)
+    np.testing.assert_array_equal(got[0].trajectory.tau, alone[0].trajectory.tau)
