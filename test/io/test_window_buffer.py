@@ -224,6 +224,37 @@ def test_torques_from_a_command_stream():
     assert effort_only.stats().rejected['unused_stream'] == 1
 
 
+@pytest.mark.parametrize('stream', ['command', 'mocap'])
+def test_a_torque_or_mocap_stream_that_drops_out_skips_the_windows_it_misses(stream):
+    """Joint states go on while the torque commands (or the mocap poses) stop for 2 s: no
+    window reaches into the silence (none interpolates across it), the windows it held back
+    are counted as dropped, and those after it are whole again."""
+    mocap = stream == 'mocap'
+    buf = _buffer(**({'mocap_bodies': ('box',)} if mocap else {'torque_source': 'command'}))
+    stamps = np.arange(800) * 0.005                 # 4 s of joint states at 200 Hz
+    q, qd, tau = _signals(stamps)
+    windows = []
+    for k, t in enumerate(stamps):
+        buf.add_joint_state(t, JOINTS, q[k], qd[k], tau[k])
+        if k % 2 == 0 and not 1.0 <= t < 3.0:       # the other stream at 100 Hz, silent 1-3 s
+            if mocap:
+                buf.add_pose('box', t, [t, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0])
+            else:
+                buf.add_torque_command(t, tau[k])
+        window = buf.pop_window()
+        if window is not None:
+            windows.append(window)
+    assert all(w.t[-1] <= 0.99 + 1e-9 or w.t[0] >= 3.0 - 1e-9 for w in windows)
+    assert any(w.t[0] >= 3.0 - 1e-9 for w in windows)
+    dropped = buf.stats().windows_dropped
+    assert dropped['gap'] + dropped['overflow'] == 9    # those starting 0.75 to 2.75 s
+    for w in windows:
+        if mocap:
+            np.testing.assert_allclose(w.mocap_position[:, 0, 0], w.t, atol=1e-12)
+        else:                                       # commands held linearly between samples
+            np.testing.assert_allclose(w.tau, _signals(w.t)[2], atol=2e-3)
+
+
 def test_mocap_poses_are_interpolated_with_unit_quaternions():
     buf = _buffer(mocap_bodies=('box', 'tool'))
     stamps = np.arange(0.0, 0.6, 0.005)
