@@ -533,8 +533,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--seed', type=int, default=0, metavar='N')
     p.set_defaults(func=cli_demo.cmd_demo)
 
-    cli_fleet.add_parser(sub)
+    cli_fleet.add_parser(sub, _cmd_fleet)
     return parser
+
+
+def _cmd_fleet(args) -> int:
+    return cli_fleet.cmd_fleet(args, main)
 
 
 def _positive_int(text: str) -> int:

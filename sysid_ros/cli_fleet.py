@@ -1,7 +1,8 @@
 """`sysid fleet`: every fit of a manifest (`io.fleet_manifest`) as a task on Ray, then the
 fleet posterior and report (`io.fleet_posterior`).
 
-Each task is `sysid fit` itself (`cli.main`) in a Ray worker process, writing into
+Each task is `sysid fit` itself (`cli.main`, handed in by `cli`) in a Ray worker process,
+writing into
 `<out>/<model>/<robot>/<date>.partial` and renamed into place once complete, with
 `fleet_task.json` (the inputs' hash, the exit status, the wall time): a killed or failed task
 never leaves a half-written results folder, and a second run skips every fit whose results
@@ -19,8 +20,10 @@ import json
 import os
 import pathlib
 import shutil
+import socket
 import sys
 import time
+from typing import Callable
 
 __all__ = ['run_task', 'cmd_fleet', 'add_parser']
 
@@ -28,16 +31,35 @@ __all__ = ['run_task', 'cmd_fleet', 'add_parser']
 _WROTE_RESULTS = (0, 3)
 
 
-def run_task(arguments: list[str], out: str, digest: str) -> dict:
-    """One fleet task: `sysid fit <arguments> --out <out>.partial`, renamed to `out` with its
-    `fleet_task.json` when the fit wrote results; returns its record."""
-    from sysid_ros import cli
+def _driver_alive(driver: tuple[str, int]) -> bool:
+    """Whether the `sysid fleet` process (host name, pid) still runs; True on another host,
+    where it cannot be seen."""
+    host, pid = driver
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def run_task(fit_main: Callable[[list[str]], int], arguments: list[str], out: str,
+             digest: str, driver: tuple[str, int]) -> dict:
+    """One fleet task: `fit_main([*arguments, '--out', out + '.partial'])` (`sysid fit`),
+    renamed to `out` with its `fleet_task.json` when the fit wrote results; returns its
+    record. A task of a `sysid fleet` that is gone (`driver`: its host name and pid; killed,
+    its workers left behind) does not start."""
     from sysid_ros.io.fleet_manifest import TASK_FILE
 
+    if not _driver_alive(driver):
+        return {'input_hash': digest, 'exit': None, 'skipped': 'sysid fleet is gone'}
     partial = out + '.partial'
     shutil.rmtree(partial, ignore_errors=True)
     start = time.perf_counter()
-    code = cli.main([*arguments, '--out', partial])
+    code = fit_main([*arguments, '--out', partial])
     record = {'input_hash': digest, 'exit': code, 'wall_s': round(time.perf_counter() - start, 3),
               'worker_pid': os.getpid(), 'arguments': arguments}
     if code not in _WROTE_RESULTS:
@@ -89,9 +111,10 @@ def _progress(done: int, running: int, failed: int, total: int, started: float) 
             f'{elapsed:.0f} s, ETA {eta}')
 
 
-def cmd_fleet(args) -> int:
-    """Run the manifest's fits (module doc); exit 0 when every fit ran and converged, 3 when
-    one did not converge, 1 when a fit failed, 2 for manifest entries that could not run."""
+def cmd_fleet(args, fit_main: Callable[[list[str]], int]) -> int:
+    """Run the manifest's fits (module doc) with `fit_main` (`cli.main`: each fit is `sysid
+    fit`); exit 0 when every fit ran and converged, 3 when one did not converge, 1 when a fit
+    failed, 2 for manifest entries that could not run."""
     import yaml
 
     from sysid_ros.io import fleet_manifest, fleet_posterior, posterior_files
@@ -121,8 +144,9 @@ def cmd_fleet(args) -> int:
         try:
             task = ray.remote(num_cpus=1, num_gpus=args.gpus_per_task,
                               max_retries=args.retries)(run_task)
-            pending = {task.remote([*fit.arguments(), *extra], folder, digest):
-                       fit for fit, digest, folder in todo}
+            driver = (socket.gethostname(), os.getpid())
+            pending = {task.remote(fit_main, [*fit.arguments(), *extra], folder, digest,
+                                   driver): fit for fit, digest, folder in todo}
             started, failed = time.monotonic(), 0
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=10.0)
@@ -158,8 +182,8 @@ def cmd_fleet(args) -> int:
     return 3 if any(c == 3 for c in codes.values()) else 0
 
 
-def add_parser(sub) -> None:
-    """The `fleet` subcommand of `sysid`."""
+def add_parser(sub, func: Callable) -> None:
+    """The `fleet` subcommand of `sysid`, run by `func(args)`."""
     p = sub.add_parser('fleet', help='run every fit of a manifest on Ray (local or a '
                        'cluster), resumable, then the fleet posterior and report')
     p.add_argument('--manifest', required=True, help='fleet manifest (YAML or CSV; see '
@@ -176,4 +200,4 @@ def add_parser(sub) -> None:
     p.add_argument('--method', default=None, help="every fit's estimator (default: each "
                    "config's estimator.method)")
     p.add_argument('--force', action='store_true', help='refit fits whose results exist')
-    p.set_defaults(func=cmd_fleet)
+    p.set_defaults(func=func)

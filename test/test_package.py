@@ -68,7 +68,7 @@ def test_every_declared_ament_linter_runs_in_the_tests():
 ROSDEP_KEYS = {'numpy': 'python3-numpy', 'scipy': 'python3-scipy', 'yaml': 'python3-yaml',
                'matplotlib': 'python3-matplotlib', 'jinja2': 'python3-jinja2',
                'tqdm': 'python3-tqdm'}
-PYPI_ONLY = {'jax', 'optax', 'blackjax', 'emcee', 'rosbags', 'gtsam', 'corner'}
+PYPI_ONLY = {'jax', 'optax', 'blackjax', 'emcee', 'rosbags', 'gtsam', 'corner', 'ray'}
 
 
 def _imported_modules() -> set[str]:
