@@ -124,7 +124,7 @@ def cmd_fleet(args, fit_main: Callable[[list[str]], int]) -> int:
         print(f'sysid fleet: skipped: {line}', file=sys.stderr)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    extra = [*(['--method', args.method] if args.method else [])]
+    extra = ['--method', args.method] if args.method else []
     status: dict[str, str] = {}
     todo = []
     for fit in manifest.fits:
