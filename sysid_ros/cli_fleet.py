@@ -119,6 +119,12 @@ def cmd_fleet(args, fit_main: Callable[[list[str]], int]) -> int:
 
     from sysid_ros.io import fleet_manifest, fleet_posterior, posterior_files
 
+    from sysid_ros.io.errors import InputError
+
+    if args.workers is not None and args.workers < 1:
+        raise InputError(f'--workers: expected at least 1, got {args.workers}')
+    if args.retries < 0 or args.gpus_per_task < 0:
+        raise InputError('--retries and --gpus-per-task: expected numbers >= 0')
     manifest = fleet_manifest.read_manifest(args.manifest)
     for line in manifest.problems:
         print(f'sysid fleet: skipped: {line}', file=sys.stderr)

@@ -77,6 +77,12 @@ def test_bad_manifest_entries_give_one_message_each_and_the_rest_run(fleet_input
     read = fleet_manifest.read_manifest(csv)
     assert [fit.key for fit in read.fits] == ['dp/r1/d1']
     assert read.problems == (f'{csv}: fits[1] (r2): data {tmp_path / "missing.npz"} not found',)
+    # Bad arguments and a missing manifest: exit 2 before Ray starts.
+    for bad in (['--workers', '0'], ['--retries', '-1']):
+        assert cli.main(['fleet', '--manifest', str(manifest), '--out', str(tmp_path / 'o'),
+                         *bad]) == 2
+    assert cli.main(['fleet', '--manifest', str(tmp_path / 'none.yaml'), '--out',
+                     str(tmp_path / 'o')]) == 2
     # A changed input changes the hash that resuming compares.
     fit = read.fits[0]
     assert fleet_manifest.input_hash(fit) != fleet_manifest.input_hash(fit, ['--method', 'nea'])
