@@ -2,16 +2,15 @@
 fleet posterior and report (`io.fleet_posterior`).
 
 Each task is `sysid fit` itself (`cli.main`, handed in by `cli`) in a Ray worker process,
-writing into
-`<out>/<model>/<robot>/<date>.partial` and renamed into place once complete, with
-`fleet_task.json` (the inputs' hash, the exit status, the wall time): a killed or failed task
-never leaves a half-written results folder, and a second run skips every fit whose results
-were written from the same inputs. Ray retries a task whose worker died (`--retries`). Ray
-runs locally by default, with one worker per core (`--workers`) on 127.0.0.1 only; `--address`
-(or `RAY_ADDRESS`) joins a cluster. Workers share one persistent compilation cache
-(`JAX_COMPILATION_CACHE_DIR`, default `<out>/.jax_cache`: on a cluster, a shared folder), so
-the fits of one robot model compile once, and a worker keeps the programs of its last fit in
-memory for the next. Ray's usage statistics are switched off.
+writing `<out>/<model>/<robot>/<date>` (`results.write_results` swaps the folder in whole), then
+`fleet_task.json` into it (the inputs' hash, the exit status, the wall time): a killed or
+failed task never leaves a half-written results folder, and a second run skips every fit
+whose results were written from the same inputs. Ray retries a task whose worker died
+(`--retries`). Ray runs locally by default, with one worker per core (`--workers`) on
+127.0.0.1 only; `--address` (or `RAY_ADDRESS`) joins a cluster. Workers share one persistent
+compilation cache (`JAX_COMPILATION_CACHE_DIR`, default `<out>/.jax_cache`: on a cluster, a
+shared folder), so the fits of one robot model compile once, and a worker keeps the programs
+of its last fit in memory for the next. Ray's usage statistics are switched off.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import shutil
 import socket
 import sys
 import time
@@ -48,33 +46,22 @@ def _driver_alive(driver: tuple[str, int]) -> bool:
 
 def run_task(fit_main: Callable[[list[str]], int], arguments: list[str], out: str,
              digest: str, driver: tuple[str, int]) -> dict:
-    """One fleet task: `fit_main([*arguments, '--out', out + '.partial'])` (`sysid fit`),
-    renamed to `out` with its `fleet_task.json` when the fit wrote results; returns its
-    record. A task of a `sysid fleet` that is gone (`driver`: its host name and pid; killed,
-    its workers left behind) does not start."""
+    """One fleet task: `fit_main([*arguments, '--out', out])` (`sysid fit`, which swaps its
+    results folder in whole), then `fleet_task.json` written into it (atomically) when the
+    fit wrote results; returns its record. A task of a `sysid fleet` that is gone (`driver`:
+    its host name and pid; killed, its workers left behind) does not start."""
     from sysid_ros.io.fleet_manifest import TASK_FILE
+    from sysid_ros.io.posterior_files import write_atomic
 
     if not _driver_alive(driver):
         return {'input_hash': digest, 'exit': None, 'skipped': 'sysid fleet is gone'}
-    partial = out + '.partial'
-    shutil.rmtree(partial, ignore_errors=True)
     start = time.perf_counter()
-    code = fit_main([*arguments, '--out', partial])
+    code = fit_main([*arguments, '--out', out])
     record = {'input_hash': digest, 'exit': code, 'wall_s': round(time.perf_counter() - start, 3),
               'worker_pid': os.getpid(), 'arguments': arguments}
-    if code not in _WROTE_RESULTS:
-        shutil.rmtree(partial, ignore_errors=True)
-        return record
-    with open(os.path.join(partial, TASK_FILE), 'w', encoding='utf-8') as f:
-        json.dump(record, f, indent=1)
-    if os.path.exists(out):
-        old = out + '.old'
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-        os.replace(partial, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(partial, out)
+    if code in _WROTE_RESULTS:
+        text = json.dumps(record, indent=1).encode()
+        write_atomic(os.path.join(out, TASK_FILE), lambda f: f.write(text))
     return record
 
 
@@ -118,7 +105,6 @@ def cmd_fleet(args, fit_main: Callable[[list[str]], int]) -> int:
     import yaml
 
     from sysid_ros.io import fleet_manifest, fleet_posterior, posterior_files
-
     from sysid_ros.io.errors import InputError
 
     if args.workers is not None and args.workers < 1:
