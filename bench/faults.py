@@ -49,7 +49,7 @@ import sys
 import tempfile
 import time
 
-from bench.live import _env, _start, _wait_compiled, Diagnostics, REPO_ROOT
+from bench.live import Diagnostics, node_env, REPO_ROOT, start_node, wait_compiled
 
 from diagnostic_msgs.msg import DiagnosticStatus  # noqa: I100
 import jax
@@ -180,19 +180,18 @@ def _poisoned(estimate: dict, truth: dict) -> bool:
 
 
 def _estimator(folder: pathlib.Path, name: str, save: pathlib.Path):
-    return _start(ESTIMATOR, ['--params-file', CONFIG, '-p', f'online.save_path:={save}',
-                              '-p', 'online.save_interval:=2.0'],
-                  folder / f'{name}.log', _env())
+    return start_node(ESTIMATOR, ['--params-file', CONFIG, '-p', f'online.save_path:={save}',
+                                  '-p', 'online.save_interval:=2.0'], folder / f'{name}.log')
 
 
 def wire(bench: FaultBench, folder: pathlib.Path, phase: float) -> dict:
     """(a) and (b): the faults one after another, then the kill and restart."""
     save = folder / 'posterior'
-    sim = _start(SIM, SIM_ARGS, folder / 'sim.log', _env())
+    sim = start_node(SIM, SIM_ARGS, folder / 'sim.log')
     est = _estimator(folder, 'estimator', save)
     rows, poisoned, judged = [], 0, 0
     try:
-        compile_s = _wait_compiled(bench, est)
+        compile_s = wait_compiled(bench, est)
         if not bench.spin_until(lambda: len(bench.estimates) >= 6 or not est.running(), 300.0):
             raise RuntimeError('no estimates:\n' + est.output()[-2000:])
         truth = {n: float(bench.truth[n]) for n in MASSES}
@@ -222,7 +221,7 @@ def wire(bench: FaultBench, folder: pathlib.Path, phase: float) -> dict:
         resumed_est = _estimator(folder, 'restarted', save)
         count = len(bench.estimates)
         bench.latest.clear()                      # the killed node's statuses
-        restart_compile_s = _wait_compiled(bench, resumed_est)
+        restart_compile_s = wait_compiled(bench, resumed_est)
         bench.spin_until(lambda: len(bench.estimates) >= count + 3, 300.0)
         after = bench.estimates[-1][1] if len(bench.estimates) >= count + 3 else None
         ratio = (max(after[n][1] / std_before[n][1] for n in std_before) if after
@@ -361,11 +360,11 @@ def bag(folder: pathlib.Path, minutes) -> list[dict]:
     for length in minutes:
         path = folder / f'bag_{length}'
         subprocess.run([sys.executable, '-m', 'bench.faults', '--write-bag', str(path),
-                        str(length)], check=True, cwd=REPO_ROOT, env=_env())
+                        str(length)], check=True, cwd=REPO_ROOT, env=node_env())
         start = time.perf_counter()
         out = subprocess.run([sys.executable, '-m', 'bench.faults', '--read-bag', str(path)],
-                             check=True, cwd=REPO_ROOT, env=_env(), capture_output=True,
-                             text=True)
+                             check=True, cwd=REPO_ROOT, env=node_env(),
+                             capture_output=True, text=True)
         row = json.loads(out.stdout.strip().splitlines()[-1])
         row.update(minutes=length, read_s=time.perf_counter() - start,
                    bag_mb=sum(f.stat().st_size for f in path.rglob('*')) / 2**20)

@@ -71,7 +71,8 @@ CLOCK_TICK = os.sysconf('SC_CLK_TCK')
 SPLIT_FLAG = '--xla_force_host_platform_device_count'
 
 
-def _env() -> dict:
+def node_env() -> dict:
+    """This process's environment with unbuffered output and the source tree on the path."""
     env = dict(os.environ, PYTHONUNBUFFERED='1')
     env['PYTHONPATH'] = os.pathsep.join(filter(None, [str(REPO_ROOT),
                                                       os.environ.get('PYTHONPATH')]))
@@ -142,21 +143,24 @@ def _ready(diag: Diagnostics) -> bool:
     return diag.status('estimator').get('active') == 'True'
 
 
-def _start(module: str, args, log: pathlib.Path, env: dict | None = None) -> NodeProcess:
-    return NodeProcess(module, [str(a) for a in args], log, env=env or _env(), cwd=REPO_ROOT)
+def start_node(module: str, args, log: pathlib.Path, env: dict | None = None) -> NodeProcess:
+    """A node process from the repository root, in `env` (default `node_env()`)."""
+    return NodeProcess(module, [str(a) for a in args], log, env=env or node_env(),
+                       cwd=REPO_ROOT)
 
 
 def _split_cores_env() -> dict:
     """The environment with one XLA CPU device per core (unless XLA_FLAGS sets a count), so
     that the estimator shards its 64 particles over the cores."""
-    env = _env()
+    env = node_env()
     if SPLIT_FLAG not in env.get('XLA_FLAGS', ''):
         env['XLA_FLAGS'] = (f'{env.get("XLA_FLAGS", "")} {SPLIT_FLAG}='
                             f'{len(os.sched_getaffinity(0))}').strip()
     return env
 
 
-def _wait_compiled(diag: Diagnostics, estimator: NodeProcess) -> float:
+def wait_compiled(diag: Diagnostics, estimator: NodeProcess) -> float:
+    """Seconds until `estimator` is active (compiled); raises if it fails first."""
     start = time.monotonic()
 
     def failed():
@@ -201,21 +205,22 @@ def arm(diag: Diagnostics, folder: pathlib.Path, seconds: float) -> dict:
     """(a): the Panda at 1 kHz into its live estimator (module doc)."""
     config = REPO_ROOT / 'config' / 'panda_live.yaml'
     params = yaml.safe_load(config.read_text())['/**']['ros__parameters']
-    estimator = _start(ESTIMATOR, ['--params-file', config, '-p', 'verify_samples:=0',
-                                   '-p', f'online.save_path:={folder / "arm"}'],
-                       folder / 'estimator_arm.log', env=_split_cores_env())
+    estimator = start_node(ESTIMATOR, ['--params-file', config, '-p', 'verify_samples:=0',
+                                       '-p', f'online.save_path:={folder / "arm"}'],
+                           folder / 'estimator_arm.log', env=_split_cores_env())
     sim = None
     pid = estimator.proc.pid
     try:
         # Start the robot once the estimator has compiled: tracing holds the GIL for seconds
         # at a time, which starves the callbacks (main thread, tid = pid).
-        compile_s = _wait_compiled(diag, estimator)
+        compile_s = wait_compiled(diag, estimator)
         idle0, t0 = _cpu_seconds(pid, pid), time.monotonic()
         diag.spin_for(3.0)
         idle = (_cpu_seconds(pid, pid) - idle0) / (time.monotonic() - t0)
         diag.windows.clear()
-        sim = _start(SIM, ['-p', f'config:={config}']
-                     + [a for arg in ARM_SIM_ARGS for a in ('-p', arg)], folder / 'sim_arm.log')
+        sim = start_node(SIM, ['-p', f'config:={config}']
+                         + [a for arg in ARM_SIM_ARGS for a in ('-p', arg)],
+                         folder / 'sim_arm.log')
         # Measure from the first received message on.
         topic = f'input {params["data"]["joint_states_topic"]}'
         if not diag.spin_until(lambda: int(diag.status(topic).get('received', 0)) > 0,
@@ -263,18 +268,18 @@ def double_pendulum(diag: Diagnostics, folder: pathlib.Path, windows: int,
     # One equation-error piece per live window.
     window = [] if residual == 'output_error' else [
         '-p', f'estimator.window:={float(online["window_length"])}']
-    estimator = _start(ESTIMATOR, ['--params-file', config,
-                                   '-p', f'estimator.particles:={DP_PARTICLES}',
-                                   '-p', f'estimator.residual:={residual}', *window,
-                                   '-p', 'verify_samples:=0',
-                                   '-p', f'online.save_path:={folder / "dp"}'],
-                       folder / 'estimator_dp.log', env=_split_cores_env())
+    estimator = start_node(ESTIMATOR, ['--params-file', config,
+                                       '-p', f'estimator.particles:={DP_PARTICLES}',
+                                       '-p', f'estimator.residual:={residual}', *window,
+                                       '-p', 'verify_samples:=0',
+                                       '-p', f'online.save_path:={folder / "dp"}'],
+                           folder / 'estimator_dp.log', env=_split_cores_env())
     sim = None
     hop = float(online['hop'])
     try:
-        compile_s = _wait_compiled(diag, estimator)
+        compile_s = wait_compiled(diag, estimator)
         diag.windows.clear()
-        sim = _start(SIM, ['-p', f'config:={config}'], folder / 'sim_dp.log')
+        sim = start_node(SIM, ['-p', f'config:={config}'], folder / 'sim_dp.log')
         timeout = 60.0 + 5.0 * windows * hop
         if not diag.spin_until(lambda: len(diag.windows) >= windows, timeout):
             print(f'warning: {len(diag.windows)} of {windows} windows in {timeout:g} s',
