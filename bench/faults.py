@@ -20,9 +20,12 @@ soak, and an hour-long bag.
       the payload gate (`payload_handoff.refusals`) on a case built to trip it alone, and the
       case that passes both; `guards_refused=K/N` counts the refusals that held.
   (d) Soak (in this process, no DDS): the double pendulum's `SimulatedRobot` streams into a
-      `WindowBuffer` and `OnlineSession` (the node's own state) as fast as they run;
-      resident memory and window time are fitted by a line in robot time after the first
-      third: `mem_growth_pct_per_hour` and `latency_trend_ms_per_hour` per robot hour.
+      `WindowBuffer` and `OnlineSession` (the node's own state) as fast as they run, one
+      window (`online.window_length`, 1 s) every `SOAK_HOP` (10 s) of robot time, so that it
+      runs faster than real time (a window takes 2-3 s here); resident memory and window
+      time are fitted by a robust line (Theil-Sen, with its 95 % interval) in robot time
+      after the first third: `mem_growth_pct_per_hour` and `latency_trend_ms_per_hour` per
+      robot hour.
   (e) Bag: a 7-joint JointState bag at 1 kHz (mcap) read by `bags.read_bag` at
       `data.rate` 100 Hz in a fresh process: `bag_peak_mb` is its peak resident memory above
       the same process after its imports (JAX, Pinocchio, rosbags: about 400 MB), for an
@@ -54,6 +57,7 @@ from bench.live import Diagnostics, node_env, REPO_ROOT, start_node, wait_compil
 from diagnostic_msgs.msg import DiagnosticStatus  # noqa: I100
 import jax
 import numpy as np
+from scipy import stats
 from sensor_msgs.msg import JointState
 
 from sysid_ros.io import config as config_io
@@ -85,6 +89,7 @@ POISON_FLOOR = 0.15              # [kg]
 POISON_STDS = 5.0
 AFTER_FAULT_TIMEOUT = 120.0      # [s] for estimates to come again after a fault
 MASSES = ('link1.mass', 'link2.mass')
+SOAK_HOP = 10.0                  # [s] of robot time between the soak's windows
 BAG_JOINTS = tuple(f'joint{i}' for i in range(1, 8))
 OK = DiagnosticStatus.OK if isinstance(DiagnosticStatus.OK, int) else ord(DiagnosticStatus.OK)
 
@@ -279,7 +284,7 @@ def soak(windows: int) -> dict:
     """(d): `windows` windows of the simulated robot through the buffer and the session.
     The trends are fitted over the windows after the session last changed its integration
     step (each change compiles new programs, which take memory and time once), and at least
-    after the first third."""
+    after the first third; each is (slope, 95 % low, 95 % high) per robot hour."""
     from sysid_ros.io import online
     from sysid_ros.io.simulated_robot import SimulatedRobot, SimulatedRobotSettings
     from sysid_ros.io.window_buffer import WindowBuffer
@@ -289,9 +294,10 @@ def soak(windows: int) -> dict:
     session = online.OnlineSession(problem)
     robot = SimulatedRobot(problem, SimulatedRobotSettings(noise=0.002, seed=3), batch=100)
     buffer = WindowBuffer(problem.joint_names, cfg.data.rate, cfg.online.window_length,
-                          cfg.online.hop)
+                          SOAK_HOP)
     page = 4096 / 2**20
     t_robot, rss, took, steps = [], [], [], []
+    wall = time.perf_counter()
     while len(took) < windows:
         tick = robot.step()
         for k, t in enumerate(tick.t):
@@ -312,15 +318,22 @@ def soak(windows: int) -> dict:
     changed = max((k for k in range(1, windows) if steps[k] != steps[k - 1]), default=0)
     first = max(changed + 1, windows // 3)
     hours = np.array(t_robot[first:]) / 3600.0
-    steady = len(hours) >= 10
-    mem_slope = np.polyfit(hours, np.array(rss[first:]), 1)[0] if steady else math.nan
-    time_slope = (np.polyfit(hours, 1e3 * np.array(took[first:]), 1)[0] if steady
-                  else math.nan)
+    memory = _trend(hours, np.array(rss[first:]))
+    latency = _trend(hours, 1e3 * np.array(took[first:]))
     return {'windows': windows, 'robot_s': t_robot[-1] - t_robot[0], 'first': first,
+            'real_time': (t_robot[-1] - t_robot[0]) / (time.perf_counter() - wall),
             'steps': sorted(set(steps)), 'rss_first': rss[first - 1], 'rss_last': rss[-1],
-            'mem_growth_pct_per_hour': 100.0 * mem_slope / rss[first - 1],
-            'window_ms': 1e3 * float(np.median(took[first:])),
-            'latency_trend_ms_per_hour': time_slope}
+            'memory': tuple(100.0 * v / rss[first - 1] for v in memory),
+            'window_ms': 1e3 * float(np.median(took[first:])), 'latency': latency}
+
+
+def _trend(hours: np.ndarray, values: np.ndarray) -> tuple[float, float, float]:
+    """Theil-Sen slope of `values` in robot hours with its 95 % interval (NaN below 10
+    points)."""
+    if len(hours) < 10:
+        return (math.nan,) * 3
+    slope, _, low, high = stats.theilslopes(values, hours, alpha=0.95)
+    return float(slope), float(low), float(high)
 
 
 def write_bag(path: str, minutes: float) -> None:
@@ -422,15 +435,18 @@ def main(argv=None) -> int:
     print(f'restart: resumed={run["resumed"]} compile {run["restart_compile_s"]:.0f} s; std '
           f'before kill {_fmt(run["std_before"])}; 3 windows after {_fmt(run["std_after"])}')
     s = soak(100 if args.quick else 1800)
-    print(f'\nsoak: {s["windows"]} windows, {s["robot_s"]:.0f} s of robot time, integration '
-          f'steps per sample {s["steps"]}; trends from window {s["first"] + 1}: resident '
-          f'{s["rss_first"]:.0f} -> {s["rss_last"]:.0f} MB; window {s["window_ms"]:.0f} ms '
-          '(median)')
+    print(f'\nsoak: {s["windows"]} windows, {s["robot_s"] / 3600:.2f} h of robot time at '
+          f'{s["real_time"]:.1f}x real time, integration steps per sample {s["steps"]}; '
+          f'trends from window {s["first"] + 1}: resident {s["rss_first"]:.0f} -> '
+          f'{s["rss_last"]:.0f} MB ({s["memory"][0]:+.2f} %/h, 95 % {s["memory"][1]:+.2f} to '
+          f'{s["memory"][2]:+.2f}); window {s["window_ms"]:.0f} ms median '
+          f'({s["latency"][0]:+.1f} ms/h, 95 % {s["latency"][1]:+.1f} to '
+          f'{s["latency"][2]:+.1f})')
     survived = sum(went_on and moved for _, went_on, moved, _, _ in run['rows'])
     print(f'RESULT faults survived={survived} tried={len(FAULTS)} poisoned={run["poisoned"]} '
           f'restart_std_ratio={run["restart_std_ratio"]:.2f} '
-          f'mem_growth_pct_per_hour={s["mem_growth_pct_per_hour"]:.2f} '
-          f'latency_trend_ms_per_hour={s["latency_trend_ms_per_hour"]:.2f} '
+          f'mem_growth_pct_per_hour={s["memory"][0]:.2f} '
+          f'latency_trend_ms_per_hour={s["latency"][0]:.2f} '
           f'guards_refused={refused}/{len(cases)} bag_peak_mb={hour:.0f}')
     return 0
 
