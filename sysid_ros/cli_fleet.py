@@ -3,9 +3,11 @@ fleet posterior and report (`io.fleet_posterior`).
 
 Each task is `sysid fit` itself (`cli.main`, handed in by `cli`) in a Ray worker process,
 writing `<out>/<model>/<robot>/<date>` (`results.write_results` swaps the folder in whole), then
-`fleet_task.json` into it (the inputs' hash, the exit status, the wall time): a killed or
-failed task never leaves a half-written results folder, and a second run skips every fit
-whose results were written from the same inputs. Ray retries a task whose worker died
+`fleet_task.json` into it (the inputs' hash and stamp, taken by the task before it fits, the
+exit status, the wall time): a killed or failed task never leaves a half-written results
+folder, and a second run skips every fit whose results were written from the same inputs
+(`fleet_manifest.is_done`: by the files' sizes and times, reading them only where those
+changed). Ray retries a task whose worker died
 (`--retries`). Ray runs locally by default, with one worker per core (`--workers`) on
 127.0.0.1 only; `--address` (or `RAY_ADDRESS`) joins a cluster. Workers share one persistent
 compilation cache (`JAX_COMPILATION_CACHE_DIR`, default `<out>/.jax_cache`: on a cluster, a
@@ -44,24 +46,28 @@ def _driver_alive(driver: tuple[str, int]) -> bool:
     return True
 
 
-def run_task(fit_main: Callable[[list[str]], int], arguments: list[str], out: str,
-             digest: str, driver: tuple[str, int]) -> dict:
-    """One fleet task: `fit_main([*arguments, '--out', out])` (`sysid fit`, which swaps its
-    results folder in whole), then `fleet_task.json` written into it (atomically) when the
-    fit wrote results; returns its record. A task of a `sysid fleet` that is gone (`driver`:
-    its host name and pid; killed, its workers left behind) does not start."""
-    from sysid_ros.io.fleet_manifest import TASK_FILE
+def run_task(fit_main: Callable[[list[str]], int], fit, extra: list[str], out: str,
+             driver: tuple[str, int]) -> dict:
+    """One fleet task: the inputs' hash and stamp of `fit` (a `FleetFit`), then
+    `fit_main([*fit.arguments(), *extra, '--out', out])` (`sysid fit`, which swaps its results
+    folder in whole), then `fleet_task.json` written into it (atomically) when the fit wrote
+    results; returns its record. A task of a `sysid fleet` that is gone (`driver`: its host
+    name and pid; killed, its workers left behind) does not start."""
+    from sysid_ros.io import fleet_manifest
     from sysid_ros.io.posterior_files import write_atomic
 
     if not _driver_alive(driver):
-        return {'input_hash': digest, 'exit': None, 'skipped': 'sysid fleet is gone'}
+        return {'exit': None, 'skipped': 'sysid fleet is gone'}
+    record = {'input_hash': fleet_manifest.input_hash(fit, extra),
+              'input_stamp': fleet_manifest.input_stamp(fit, extra)}
     start = time.perf_counter()
+    arguments = [*fit.arguments(), *extra]
     code = fit_main([*arguments, '--out', out])
-    record = {'input_hash': digest, 'exit': code, 'wall_s': round(time.perf_counter() - start, 3),
-              'worker_pid': os.getpid(), 'arguments': arguments}
+    record.update({'exit': code, 'wall_s': round(time.perf_counter() - start, 3),
+                   'worker_pid': os.getpid(), 'arguments': arguments})
     if code in _WROTE_RESULTS:
         text = json.dumps(record, indent=1).encode()
-        write_atomic(os.path.join(out, TASK_FILE), lambda f: f.write(text))
+        write_atomic(os.path.join(out, fleet_manifest.TASK_FILE), lambda f: f.write(text))
     return record
 
 
@@ -120,13 +126,12 @@ def cmd_fleet(args, fit_main: Callable[[list[str]], int]) -> int:
     status: dict[str, str] = {}
     todo = []
     for fit in manifest.fits:
-        digest = fleet_manifest.input_hash(fit, extra)
         folder = out / fit.key
-        if fleet_manifest.is_done(folder, digest) and not args.force:
+        if not args.force and fleet_manifest.is_done(folder, fit, extra):
             status[fit.key] = 'skipped'
         else:
             folder.parent.mkdir(parents=True, exist_ok=True)
-            todo.append((fit, digest, str(folder)))
+            todo.append((fit, str(folder)))
     print(f'sysid fleet: {len(manifest.fits)} fits, {len(status)} already done from the same '
           f'inputs, {len(todo)} to run', flush=True)
     codes = {}
@@ -137,8 +142,8 @@ def cmd_fleet(args, fit_main: Callable[[list[str]], int]) -> int:
             task = ray.remote(num_cpus=1, num_gpus=args.gpus_per_task,
                               max_retries=args.retries)(run_task)
             driver = (socket.gethostname(), os.getpid())
-            pending = {task.remote(fit_main, [*fit.arguments(), *extra], folder, digest,
-                                   driver): fit for fit, digest, folder in todo}
+            pending = {task.remote(fit_main, fit, extra, folder, driver): fit
+                       for fit, folder in todo}
             started, failed = time.monotonic(), 0
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=10.0)

@@ -4,6 +4,7 @@ without refitting the finished ones; its fleet posterior (`core.inference.popula
 fits' own estimates, tested there on fleets with known truths) and report written at the
 end."""
 
+import json
 import os
 import pathlib
 import re
@@ -86,6 +87,37 @@ def test_bad_manifest_entries_give_one_message_each_and_the_rest_run(fleet_input
     # A changed input changes the hash that resuming compares.
     fit = read.fits[0]
     assert fleet_manifest.input_hash(fit) != fleet_manifest.input_hash(fit, ['--method', 'nea'])
+
+
+def test_a_fit_is_done_while_its_inputs_stamp_or_hash_the_same(fleet_inputs, tmp_path):
+    data = tmp_path / 'r1.npz'
+    data.write_bytes((fleet_inputs / 'r1.npz').read_bytes())
+    fit = fleet_manifest.FleetFit('r1', 'dp', 'd1', str(fleet_inputs / 'dp.yaml'),
+                                  data=(str(data),))
+    out = tmp_path / 'out'
+    out.mkdir()
+    (out / 'estimate.yaml').write_text('{}')
+    assert not fleet_manifest.is_done(out, fit)
+    (out / fleet_manifest.TASK_FILE).write_text(json.dumps({
+        'input_hash': fleet_manifest.input_hash(fit),
+        'input_stamp': fleet_manifest.input_stamp(fit)}))
+    assert fleet_manifest.is_done(out, fit)
+    assert not fleet_manifest.is_done(out, fit, ['--method', 'nea'])
+    # Touched, not changed: the stamp differs, the content hash does not.
+    stat = data.stat()
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert fleet_manifest.input_stamp(fit) != json.loads(
+        (out / fleet_manifest.TASK_FILE).read_text())['input_stamp']
+    assert fleet_manifest.is_done(out, fit)
+    data.write_bytes(data.read_bytes() + b'\0')
+    assert not fleet_manifest.is_done(out, fit)
+    # Without its estimate a folder is not done, whatever its record says.
+    data.write_bytes((fleet_inputs / 'r1.npz').read_bytes())
+    (out / fleet_manifest.TASK_FILE).write_text(json.dumps({
+        'input_hash': fleet_manifest.input_hash(fit),
+        'input_stamp': fleet_manifest.input_stamp(fit)}))
+    (out / 'estimate.yaml').unlink()
+    assert not fleet_manifest.is_done(out, fit)
 
 
 def _fleet(manifest, out, cache) -> subprocess.Popen:

@@ -16,8 +16,9 @@ files separated by `;`), one row per fit. Each fit is `sysid fit --config <its m
 `read_manifest` checks every entry and returns the fits it can run with one message for each
 it cannot (a missing bag, config or data file, an unknown model, a duplicate robot and date):
 a bad entry does not stop the rest. `input_hash` is the content hash of what a fit reads
-(its configuration, data and the `sysid fit` arguments), so a fleet run skips a fit whose
-results were written from the same inputs (`is_done`).
+(its configuration, data and the `sysid fit` arguments) and `input_stamp` each input file's
+size and modification time, so a fleet run skips a fit whose results were written from the
+same inputs (`is_done`: unchanged stamps, checked by `stat` alone, or else the same content).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ import yaml
 
 from sysid_ros.io.errors import InputError
 
-__all__ = ['FleetFit', 'Manifest', 'read_manifest', 'input_hash', 'TASK_FILE', 'is_done',
-           'task_record']
+__all__ = ['FleetFit', 'Manifest', 'read_manifest', 'input_hash', 'input_stamp', 'TASK_FILE',
+           'is_done', 'task_record']
 
 # Written into a fit's results folder once it is complete: its inputs' hash and outcome.
 TASK_FILE = 'fleet_task.json'
@@ -189,23 +190,40 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
     return Manifest(tuple(fits), tuple(problems))
 
 
-def _hash_path(digest, path: pathlib.Path) -> None:
-    files = sorted(p for p in path.rglob('*') if p.is_file()) if path.is_dir() else [path]
-    for file in files:
-        digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode())
-        with open(file, 'rb') as f:
-            for block in iter(lambda: f.read(1 << 20), b''):
-                digest.update(block)
+def _input_files(fit: FleetFit) -> list[tuple[str, pathlib.Path]]:
+    """(name, path) of every file the fit reads, in a fixed order: a bag folder's files by
+    their names inside it."""
+    files = []
+    for path in map(pathlib.Path, [fit.config, *([fit.bag] if fit.bag else []), *fit.data]):
+        if path.is_dir():
+            files += [(str(p.relative_to(path)), p) for p in sorted(path.rglob('*'))
+                      if p.is_file()]
+        else:
+            files.append((path.name, path))
+    return files
 
 
 def input_hash(fit: FleetFit, extra: Sequence[str] = ()) -> str:
     """SHA-256 of the fit's configuration, its data (every file of a bag folder) and the
     further `sysid fit` arguments `extra`."""
     digest = hashlib.sha256()
-    for path in [fit.config, *([fit.bag] if fit.bag else []), *fit.data]:
-        _hash_path(digest, pathlib.Path(path))
+    for name, file in _input_files(fit):
+        digest.update(name.encode())
+        with open(file, 'rb') as f:
+            for block in iter(lambda: f.read(1 << 20), b''):
+                digest.update(block)
     digest.update(json.dumps(list(extra)).encode())
     return digest.hexdigest()
+
+
+def input_stamp(fit: FleetFit, extra: Sequence[str] = ()) -> list:
+    """[[path, size [bytes], modification time [ns]] of each input file, ..., extra]: what a
+    second run compares before it reads any content (JSON-serialisable)."""
+    stamp: list = []
+    for _, file in _input_files(fit):
+        stat = file.stat()
+        stamp.append([str(file), stat.st_size, stat.st_mtime_ns])
+    return [*stamp, list(extra)]
 
 
 def task_record(out: str | os.PathLike) -> dict | None:
@@ -217,8 +235,12 @@ def task_record(out: str | os.PathLike) -> dict | None:
         return None
 
 
-def is_done(out: str | os.PathLike, digest: str) -> bool:
-    """Whether `out` holds a complete fit of inputs with hash `digest`."""
+def is_done(out: str | os.PathLike, fit: FleetFit, extra: Sequence[str] = ()) -> bool:
+    """Whether `out` holds a complete fit of `fit`'s inputs with the arguments `extra`: its
+    record's `input_stamp` is today's (no file read), or else its `input_hash` is (files
+    touched but not changed)."""
     record = task_record(out)
-    return record is not None and record.get('input_hash') == digest and (
-        pathlib.Path(out) / 'estimate.yaml').exists()
+    if record is None or not (pathlib.Path(out) / 'estimate.yaml').exists():
+        return False
+    return (record.get('input_stamp') == input_stamp(fit, extra)
+            or record.get('input_hash') == input_hash(fit, extra))
