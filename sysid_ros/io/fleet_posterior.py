@@ -59,8 +59,7 @@ def _model_summary(robots: dict, root: pathlib.Path) -> dict:
         shrunk_mean, shrunk_std = population.shrunk(mean, np.where(std > 0, std, np.inf),
                                                     fleet)
         summary['fleet'] = {n: {'mean': float(fleet.mean[j]), 'spread': float(fleet.spread[j]),
-                                'mean_std': float(fleet.mean_std[j]),
-                                'std_scale': float(fleet.std_scale[j])}
+                                'mean_std': float(fleet.mean_std[j])}
                             for j, n in enumerate(names)}
         z = np.full(mean.shape, np.nan)
         flagged = np.zeros(mean.shape, bool)
@@ -86,8 +85,7 @@ def _model_summary(robots: dict, root: pathlib.Path) -> dict:
 
 def fleet_summary(root: str | os.PathLike, fits: Sequence[FleetFit]) -> dict:
     """The fleet posterior of every robot model with complete fits (module doc): {model:
-    {'parameters', 'fleet': {name: {mean, spread, mean_std, std_scale}} or None (fewer than 3
-    robots),
+    {'parameters', 'fleet': {name: {mean, spread, mean_std}} or None (fewer than 3 robots),
     'robots': {robot: {'date', 'folder', 'converged', 'own', 'fleet': {name: [mean, std]},
     'z', 'flagged', 'history': {name: [[date, mean, std], ...]}}}}}."""
     root = pathlib.Path(root)
@@ -126,13 +124,11 @@ def write_report(root: str | os.PathLike, summary: dict, status: dict) -> str:
         if fleet is None:
             parts.append('<p>Fewer than 3 robots with finite fits: no fleet distribution.</p>')
         else:
-            fleet_rows = ''.join(
-                f'<tr><td>{e(n)}</td><td>{fleet[n]["mean"]:.5g}</td>'
-                f'<td>{fleet[n]["spread"]:.3g}</td><td>{fleet[n]["mean_std"]:.2g}'
-                f'</td><td>{fleet[n]["std_scale"]:.2f}x</td></tr>' for n in names)
             parts.append('<table><tr><th>parameter</th><th>fleet mean</th><th>spread (std)'
-                         '</th><th>std of the mean</th><th>own stds widened by</th></tr>'
-                         + fleet_rows + '</table>')
+                         '</th><th>std of the mean</th></tr>' + ''.join(
+                             f'<tr><td>{e(n)}</td><td>{fleet[n]["mean"]:.5g}</td>'
+                             f'<td>{fleet[n]["spread"]:.3g}</td><td>{fleet[n]["mean_std"]:.2g}'
+                             '</td></tr>' for n in names) + '</table>')
         header = ''.join(f'<th>{e(n)}<br>own</th><th>{e(n)}<br>with the fleet</th>'
                          for n in names)
         rows = []

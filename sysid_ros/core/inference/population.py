@@ -4,15 +4,11 @@ Each robot i has its own fit of a parameter, a Gaussian (mean y_i, std s_i) in p
 (a Laplace posterior, or the moments of particles). The hierarchical model is
 
     theta_i ~ N(mu, tau^2)          (the fleet: mean mu, spread tau, estimated)
-    y_i | theta_i ~ N(theta_i, c s_i^2)
+    y_i | theta_i ~ N(theta_i, s_i^2)
 
-parameter by parameter, where c >= 1 (`std_scale` = sqrt(c)) widens every robot's own std by
-what the fleet shows them to be too narrow by: robots whose fits are wide (short recordings)
-scattering about the fleet mean further than their stds and the spread allow (a fit's own
-interval misses model error). With every s_i alike, c and tau^2 cannot be told apart and
-c stays 1. `fleet_distribution` estimates mu, tau^2 and c by restricted maximum likelihood
-(REML: tau^2 is not biased low by estimating mu, as plain maximum likelihood is with few
-robots), `shrunk` gives each robot's posterior under the fleet prior (a robot whose own
+parameter by parameter. `fleet_distribution` estimates mu and tau^2 by restricted maximum
+likelihood (REML: tau^2 is not biased low by estimating mu, as plain maximum likelihood is with
+few robots), `shrunk` gives each robot's posterior under the fleet prior (a robot whose own
 fit is wide borrows strength from its siblings; a narrow one keeps its own), and `outliers`
 tests each robot against the fleet of its siblings (leave one out), so that a robot far from
 them is flagged without its own value widening the spread it is judged by. Only the robots'
@@ -27,12 +23,10 @@ import numpy as np
 from scipy import optimize, stats
 
 __all__ = ['FleetDistribution', 'fleet_distribution', 'shrunk', 'outliers',
-           'OUTLIER_LEVEL', 'MAX_VARIANCE_SCALE']
+           'OUTLIER_LEVEL']
 
 # Family-wise false-flag rate of `outliers` over every robot and parameter of one fleet.
 OUTLIER_LEVEL = 0.01
-# Largest factor c on the robots' own variances (a std 10x too narrow).
-MAX_VARIANCE_SCALE = 100.0
 
 
 class FleetDistribution(NamedTuple):
@@ -44,14 +38,12 @@ class FleetDistribution(NamedTuple):
         own stds).
       mean_std: (M,) standard deviation of the estimate of mu [physical].
       robots: how many robots it was estimated from.
-      std_scale: (M,) factor >= 1 on every robot's own std [-] (module doc).
     """
 
     mean: np.ndarray
     spread: np.ndarray
     mean_std: np.ndarray
     robots: int
-    std_scale: np.ndarray
 
 
 def _weighted_mean(y: np.ndarray, var: np.ndarray) -> tuple[float, float]:
@@ -60,28 +52,23 @@ def _weighted_mean(y: np.ndarray, var: np.ndarray) -> tuple[float, float]:
     return float(np.sum(w * y) / np.sum(w)), float(1.0 / np.sum(w))
 
 
-def _reml(y: np.ndarray, s2: np.ndarray) -> tuple[float, float]:
-    """(tau^2, c) maximising the restricted likelihood of y_i ~ N(mu, c s2_i + tau^2), c in
-    [1, MAX_VARIANCE_SCALE]."""
+def _reml_spread(y: np.ndarray, s2: np.ndarray) -> float:
+    """tau^2 maximising the restricted likelihood of y_i ~ N(mu, s2_i + tau^2)."""
 
-    def negative(x):
-        var = np.exp(x[1]) * s2 + np.exp(x[0])
+    def negative(log_tau2):
+        var = s2 + np.exp(log_tau2)
         mu, mu_var = _weighted_mean(y, var)
         return 0.5 * (np.sum(np.log(var)) + np.log(1.0 / mu_var)
                       + np.sum((y - mu) ** 2 / var))
 
     scale = max(float(np.var(y)), float(np.median(s2)), 1e-300)
-    # tau^2 from 1e-8 to 1e4 times the data's scale, searched in its logarithm; first with
-    # c = 1, then both from there (a flat direction of c, all s_i alike, leaves c at 1).
+    # tau^2 from 1e-8 to 1e4 times the data's scale, searched in its logarithm.
     low, high = np.log(scale) - 18.0, np.log(scale) + 9.0
-    alone = optimize.minimize_scalar(lambda v: negative((v, 0.0)), bounds=(low, high),
-                                     method='bounded', options={'xatol': 1e-6})
-    both = optimize.minimize(negative, np.array([alone.x, 0.0]), method='L-BFGS-B',
-                             bounds=[(low, high), (0.0, np.log(MAX_VARIANCE_SCALE))])
-    log_tau2, log_c = both.x if both.fun < alone.fun else (alone.x, 0.0)
+    found = optimize.minimize_scalar(negative, bounds=(low, high), method='bounded',
+                                     options={'xatol': 1e-6})
+    tau2 = float(np.exp(found.x))
     # At the lower end the likelihood is flat: the robots agree within their own stds.
-    flat = log_tau2 < low + 1e-3 or negative((low, log_c)) <= negative((log_tau2, log_c))
-    return (0.0 if flat else float(np.exp(log_tau2))), float(np.exp(log_c))
+    return 0.0 if found.x < low + 1e-3 or negative(low) <= found.fun else tau2
 
 
 def fleet_distribution(means, stds) -> FleetDistribution:
@@ -100,21 +87,18 @@ def fleet_distribution(means, stds) -> FleetDistribution:
                          f'{y.shape} and {s.shape}')
     if not np.all(s > 0.0) or not np.all(np.isfinite(y)):
         raise ValueError('stds: expected positive numbers and finite means')
-    mean, spread, mean_std, std_scale = (np.empty(y.shape[1]) for _ in range(4))
+    mean, spread, mean_std = (np.empty(y.shape[1]) for _ in range(3))
     for j in range(y.shape[1]):
-        tau2, c = _reml(y[:, j], s[:, j] ** 2)
-        mu, mu_var = _weighted_mean(y[:, j], c * s[:, j] ** 2 + tau2)
-        mean[j], mean_std[j] = mu, np.sqrt(mu_var)
-        spread[j], std_scale[j] = np.sqrt(tau2), np.sqrt(c)
-    return FleetDistribution(mean, spread, mean_std, len(y), std_scale)
+        tau2 = _reml_spread(y[:, j], s[:, j] ** 2)
+        mu, mu_var = _weighted_mean(y[:, j], s[:, j] ** 2 + tau2)
+        mean[j], spread[j], mean_std[j] = mu, np.sqrt(tau2), np.sqrt(mu_var)
+    return FleetDistribution(mean, spread, mean_std, len(y))
 
 
 def shrunk(means, stds, fleet: FleetDistribution) -> tuple[np.ndarray, np.ndarray]:
     """Each robot's posterior (mean, std) (N, M) under the fleet prior N(mu, tau^2 +
-    var(mu)): the precision-weighted combination of its own fit (its std widened by
-    `fleet.std_scale`) and the fleet's."""
-    y = np.asarray(means, dtype=float)
-    s = np.asarray(stds, dtype=float) * fleet.std_scale
+    var(mu)): the precision-weighted combination of its own fit and the fleet's."""
+    y, s = np.asarray(means, dtype=float), np.asarray(stds, dtype=float)
     prior_var = fleet.spread ** 2 + fleet.mean_std ** 2
     precision = 1.0 / s ** 2 + 1.0 / prior_var
     mean = (y / s ** 2 + fleet.mean / prior_var) / precision
@@ -123,7 +107,7 @@ def shrunk(means, stds, fleet: FleetDistribution) -> tuple[np.ndarray, np.ndarra
 
 def outliers(means, stds, level: float = OUTLIER_LEVEL) -> tuple[np.ndarray, np.ndarray]:
     """(z (N, M), flagged (N, M)): each robot's distance from the fleet of its siblings in
-    stds of the predictive N(mu_-i, c_-i s_i^2 + tau_-i^2 + var(mu_-i)), and whether it exceeds
+    stds of the predictive N(mu_-i, s_i^2 + tau_-i^2 + var(mu_-i)), and whether it exceeds
     the two-sided threshold that keeps the chance of any false flag among all N x M tests at
     `level` (Bonferroni). Needs at least 3 robots."""
     y, s = np.asarray(means, dtype=float), np.asarray(stds, dtype=float)
@@ -134,8 +118,7 @@ def outliers(means, stds, level: float = OUTLIER_LEVEL) -> tuple[np.ndarray, np.
     for i in range(n):
         rest = np.arange(n) != i
         fleet = fleet_distribution(y[rest], s[rest])
-        scale = np.sqrt((fleet.std_scale * s[i]) ** 2 + fleet.spread ** 2
-                        + fleet.mean_std ** 2)
+        scale = np.sqrt(s[i] ** 2 + fleet.spread ** 2 + fleet.mean_std ** 2)
         z[i] = (y[i] - fleet.mean) / scale
     threshold = stats.norm.isf(0.5 * level / y.size)
     return z, np.abs(z) > threshold
