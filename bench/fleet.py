@@ -3,7 +3,8 @@ workers, and the fleet posterior against the robots' known truths.
 
 The fleet: ROBOTS robots x DATES dates of one model (`config/double_pendulum.yaml`'s
 double pendulum, link masses and joint dampings identified by lm on the equation error).
-Each robot's truth is drawn around the nominal model (masses +-3 %, dampings +-10 %, one std);
+Each robot's truth is drawn around the nominal model (masses +-3 %, dampings +-10 %, one std)
+and set as the fit's parameters (a link's mass with its inertia about its centre kept);
 robot 0's link2 mass is 20 % heavier (the planted outlier). Half the robots record 5 s a day,
 the other half 30 s, all with the same noise.
 
@@ -40,7 +41,6 @@ import jax
 import numpy as np
 import yaml
 
-from sysid_ros import cli
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOMINAL = {'m1': 1.0, 'm2': 1.0, 'damping': [0.15, 0.08]}
@@ -73,26 +73,29 @@ def truths(robots: int, seed: int = 0) -> np.ndarray:
 
 
 def make_fleet(folder: pathlib.Path, robots: int, dates: int) -> tuple[pathlib.Path, np.ndarray]:
-    """Simulated recordings, the model's config and the manifest; returns (manifest, truths)."""
+    """Simulated recordings, the model's config and the manifest; returns (manifest, truths).
+    Each truth is written into the fitted model as its parameters mean it
+    (`ParameterSpec.to_params`: a link's mass with its centre and inertia about it kept), so
+    that every truth lies inside the family the fits search."""
+    from sysid_ros.io import config as config_io
+    from sysid_ros.io import pipeline, trajectory
+
     truth = truths(robots)
     config = folder / 'double_pendulum_fleet.yaml'
     config.write_text(yaml.safe_dump(FIT_CONFIG))
+    problem = pipeline.build_problem(config_io.load_yaml(str(config)))
+    order = [problem.spec.index(name) for name in NAMES]
     fits = []
     for i in range(robots):
         robot = f'dp{i:02d}'
-        robot_config = folder / f'{robot}_truth.yaml'
-        truth_cfg = json.loads(json.dumps(FIT_CONFIG))
-        truth_cfg['/**']['ros__parameters']['model']['builder_args'] = {
-            'm1': float(truth[i, 0]), 'm2': float(truth[i, 1]),
-            'damping': [float(truth[i, 2]), float(truth[i, 3])]}
-        robot_config.write_text(yaml.safe_dump(truth_cfg))
+        theta = np.empty(len(NAMES))
+        theta[order] = truth[i]
+        params = problem.spec.to_params(theta, problem.base_params)
         for d in range(dates):
             data = folder / f'{robot}_day{d}.npz'
-            code = cli.main(['simulate', '--config', str(robot_config), '--out', str(data),
-                             '--duration', str(SHORT if i % 2 else LONG), '--noise',
-                             str(NOISE), '--seed', str(1000 * i + d)])
-            if code != 0:
-                raise RuntimeError(f'sysid simulate failed for {robot} day {d}')
+            trajectory.save_trajectory(str(data), pipeline.simulate(
+                problem, params, duration=SHORT if i % 2 else LONG, noise=NOISE,
+                seed=1000 * i + d))
             fits.append({'robot': robot, 'model': 'dp', 'date': f'day{d}', 'data': [data.name]})
     manifest = folder / 'fleet.yaml'
     manifest.write_text(yaml.safe_dump({'models': {'dp': config.name}, 'fits': fits}))
