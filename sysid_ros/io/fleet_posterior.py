@@ -1,9 +1,10 @@
 """The fleet posterior and report of a fleet run, from the fits' own results.
 
 For each robot model, every robot's latest fit (its `estimate.yaml`: posterior mean and std
-of each parameter) enters `core.inference.population`: the fleet distribution (mean and
-spread), each robot's posterior under the fleet prior, and the robots that lie outside their
-siblings (leave-one-out, at `population.OUTLIER_LEVEL` for the whole fleet). Nothing is
+of each parameter) enters `core.inference.population`: the robots that lie outside their
+siblings (leave-one-out, at `population.OUTLIER_LEVEL` for the whole fleet), the fleet
+distribution (mean and spread) of each parameter from the robots not flagged in it, and
+each robot's posterior under that fleet prior. Nothing is
 refitted. `fleet_summary` returns it as a plain dict (`fleet.yaml`); `write_report` writes one
 page, `fleet.html`: the fleet distribution per parameter, the per-robot table with own and
 fleet intervals and flags, each robot's fits over dates, each linking to its own
@@ -54,8 +55,9 @@ def _model_summary(robots: dict, root: pathlib.Path) -> dict:
     usable = np.all(std > 0.0, axis=1) & np.all(np.isfinite(mean), axis=1)
     fleet = None
     if usable.sum() >= 3:
-        fleet = population.fleet_distribution(mean[usable], std[usable])
         z_usable, flagged_usable = population.outliers(mean[usable], std[usable])
+        # A flagged robot is no sample of the fleet: it would widen the prior of the others.
+        fleet = population.fleet_distribution(mean[usable], std[usable], ~flagged_usable)
         shrunk_mean, shrunk_std = population.shrunk(mean, np.where(std > 0, std, np.inf),
                                                     fleet)
         summary['fleet'] = {n: {'mean': float(fleet.mean[j]), 'spread': float(fleet.spread[j]),

@@ -37,7 +37,7 @@ class FleetDistribution(NamedTuple):
       spread: (M,) fleet standard deviation tau [physical] (0: the robots agree within their
         own stds).
       mean_std: (M,) standard deviation of the estimate of mu [physical].
-      robots: how many robots it was estimated from.
+      robots: how many robots' fits it was estimated from (with `members`, some of them).
     """
 
     mean: np.ndarray
@@ -71,26 +71,34 @@ def _reml_spread(y: np.ndarray, s2: np.ndarray) -> float:
     return 0.0 if found.x < low + 1e-3 or negative(low) <= found.fun else tau2
 
 
-def fleet_distribution(means, stds) -> FleetDistribution:
+def fleet_distribution(means, stds, members=None) -> FleetDistribution:
     """The fleet's mean and spread of each parameter from the robots' own fits.
 
     Args:
       means: (N, M) each robot's posterior mean [physical].
       stds: (N, M) each robot's posterior std [physical], > 0.
+      members: (N, M) bool, the robots each parameter's distribution is estimated from
+        (default all; e.g. all but the `outliers`).
 
     Raises:
-      ValueError: fewer than 2 robots, shapes that differ, or stds that are not positive.
+      ValueError: fewer than 2 robots (members) of a parameter, shapes that differ, or stds
+        that are not positive.
     """
     y, s = np.asarray(means, dtype=float), np.asarray(stds, dtype=float)
-    if y.ndim != 2 or y.shape != s.shape or len(y) < 2:
-        raise ValueError(f'means and stds: expected (N, M) with N >= 2 robots, got '
-                         f'{y.shape} and {s.shape}')
+    members = np.ones(y.shape, bool) if members is None else np.asarray(members, bool)
+    if y.ndim != 2 or y.shape != s.shape or members.shape != y.shape:
+        raise ValueError(f'means, stds and members: expected (N, M) each, got {y.shape}, '
+                         f'{s.shape} and {members.shape}')
+    if np.min(members.sum(axis=0), initial=len(y)) < 2:
+        raise ValueError(f'means: expected N >= 2 robots of each parameter, got '
+                         f'{members.sum(axis=0).tolist()}')
     if not np.all(s > 0.0) or not np.all(np.isfinite(y)):
         raise ValueError('stds: expected positive numbers and finite means')
     mean, spread, mean_std = (np.empty(y.shape[1]) for _ in range(3))
     for j in range(y.shape[1]):
-        tau2 = _reml_spread(y[:, j], s[:, j] ** 2)
-        mu, mu_var = _weighted_mean(y[:, j], s[:, j] ** 2 + tau2)
+        yj, s2j = y[members[:, j], j], s[members[:, j], j] ** 2
+        tau2 = _reml_spread(yj, s2j)
+        mu, mu_var = _weighted_mean(yj, s2j + tau2)
         mean[j], spread[j], mean_std[j] = mu, np.sqrt(tau2), np.sqrt(mu_var)
     return FleetDistribution(mean, spread, mean_std, len(y))
 

@@ -65,9 +65,24 @@ def test_a_planted_outlier_is_flagged_and_its_siblings_are_not():
     assert flagged_outlier == 10 and false_flags == 0
 
 
+def test_an_outlier_left_out_of_the_fleet_leaves_the_spread_of_its_siblings():
+    spreads, with_it = [], []
+    for seed in range(10):
+        _, mean, std = _fleet(seed, wide=0.01, narrow=0.01, params=1)
+        mean[7, 0] *= 1.2
+        _, flagged = population.outliers(mean, std)
+        spreads.append(population.fleet_distribution(mean, std, ~flagged).spread[0])
+        with_it.append(population.fleet_distribution(mean, std).spread[0])
+    assert np.mean(spreads) == pytest.approx(SPREAD, rel=0.2)
+    assert np.mean(with_it) > 1.3 * SPREAD
+
+
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match='N >= 2'):
         population.fleet_distribution(np.ones((1, 2)), np.ones((1, 2)))
+    with pytest.raises(ValueError, match='N >= 2'):
+        population.fleet_distribution(np.ones((3, 1)), np.ones((3, 1)), [[True], [False],
+                                                                         [False]])
     with pytest.raises(ValueError, match='positive'):
         population.fleet_distribution(np.ones((3, 2)), np.zeros((3, 2)))
     with pytest.raises(ValueError, match='at least 3'):
