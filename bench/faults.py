@@ -29,8 +29,8 @@ soak, and an hour-long bag.
   (e) Bag: a 7-joint JointState bag at 1 kHz (mcap) read by `bags.read_bag` at
       `data.rate` 100 Hz in a fresh process: `bag_peak_mb` is its peak resident memory above
       the same process after its imports (JAX, Pinocchio, rosbags: about 400 MB), for an
-      hour of recording (quick: measured at 6 and 24 minutes and extrapolated linearly; the
-      output alone grows 6 MB per recorded hour per 100 Hz... see the table).
+      hour of recording (quick: measured at 6 and 12 minutes and extrapolated linearly; the
+      output alone grows 6 MB per recorded hour at 100 Hz: see the table).
 
 The last line is `RESULT faults survived=K tried=N poisoned=P restart_std_ratio=R
 mem_growth_pct_per_hour=M latency_trend_ms_per_hour=L guards_refused=K/N bag_peak_mb=B`.
@@ -38,9 +38,9 @@ mem_growth_pct_per_hour=M latency_trend_ms_per_hour=L guards_refused=K/N bag_pea
 Usage:
   python -m bench.faults [--quick] [--phase SECONDS]
 
-`--quick`: 4 s phases, a 100-window soak, bags of 6 and 24 minutes; without it 8 s phases,
-1800 windows and a 60-minute bag. Two estimator compiles come first (a few minutes on a
-loaded 2-core machine).
+`--quick`: 4 s phases, a 70-window soak (0.19 robot hours), bags of 6 and 12 minutes;
+without it 8 s phases, 1800 windows (5 robot hours) and a 60-minute bag. Two estimator
+compiles come first (a few minutes on a loaded 2-core machine).
 """
 
 import argparse
@@ -415,7 +415,7 @@ def main(argv=None) -> int:
     print('guards:', ', '.join(f'{name}: {"ok" if ok else "FAILED"}' for name, ok in cases))
     with tempfile.TemporaryDirectory(prefix='sysid_faults_') as tmp:
         folder = pathlib.Path(tmp)
-        bags_rows = bag(folder, (6, 24) if args.quick else (60,))
+        bags_rows = bag(folder, (6, 12) if args.quick else (60,))
         print('\nbag (1 kHz, 7 joints, mcap; read at 100 Hz in a fresh process)')
         print('minutes  bag MB  samples  output MB  imports MB  peak MB  above imports  read s')
         for r in bags_rows:
@@ -434,7 +434,7 @@ def main(argv=None) -> int:
         print(f'{fault:16s} {str(went_on):17s}  {str(moved):16s}  {seen:9d}  {bad:8d}')
     print(f'restart: resumed={run["resumed"]} compile {run["restart_compile_s"]:.0f} s; std '
           f'before kill {_fmt(run["std_before"])}; 3 windows after {_fmt(run["std_after"])}')
-    s = soak(100 if args.quick else 1800)
+    s = soak(70 if args.quick else 1800)
     print(f'\nsoak: {s["windows"]} windows, {s["robot_s"] / 3600:.2f} h of robot time at '
           f'{s["real_time"]:.1f}x real time, integration steps per sample {s["steps"]}; '
           f'trends from window {s["first"] + 1}: resident {s["rss_first"]:.0f} -> '
