@@ -288,6 +288,10 @@ class OnlineSession:
             laplace = posterior_files.load_laplace(path, self.names) if path else None
             if laplace is not None:
                 self._summary, self._noise_scale = laplace[:2], laplace[2]
+                # Without them the next window's noise scale is read from its own alone.
+                innovations = posterior_files.load_innovations(path, self.names)
+                if innovations is not None:
+                    self._innovations.extend(map(sequential_prior.Innovation, *innovations))
             # A posterior file is a previous posterior; Sobol particles are the bounds prior.
             self._has_posterior = bool(path)
 
@@ -540,6 +544,8 @@ class OnlineSession:
             laplace = (None if self._summary is None
                        else (*(np.asarray(a, dtype=float) for a in self._summary),
                              float(self._noise_scale)))
+            innovations = (tuple(np.stack(field) for field in zip(*self._innovations))
+                           if self._innovations else None)
             summary = {
                 'method': self.method,
                 'num_particles': int(theta.shape[0]),
@@ -557,7 +563,7 @@ class OnlineSession:
             if locked:
                 self._lock.release()
         posterior_files.write_posterior(npz, yml, theta, self.names, self.lower, self.upper,
-                                        summary, self.model_id, laplace)
+                                        summary, self.model_id, laplace, innovations)
         return npz, yml
 
 

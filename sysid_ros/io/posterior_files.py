@@ -1,7 +1,9 @@
 """Posterior files of the live session: `<stem>.npz` (`particles` (P, M), `names` (M,),
 `lower`, `upper` (M,), `model`: the fingerprint of the model they belong to; where the
-session had them, its Laplace summary `laplace_mean` (M,) and `laplace_covariance` (M, M) and
-its `noise_scale`, which a resumed session starts from) beside
+session had them, its Laplace summary `laplace_mean` (M,) and `laplace_covariance` (M, M), its
+`noise_scale` and the windows' innovations it was read from (`innovation_offsets` (N, M),
+`innovation_prior_covariances` and `innovation_window_covariances` (N, M, M),
+`sequential_prior.Innovation`), which a resumed session starts from) beside
 `<stem>.yaml` (a plain summary), each written to a temporary file in the same folder and
 renamed into place, so that a reader never sees half a file, even after a kill mid-write.
 """
@@ -17,7 +19,11 @@ import yaml
 from sysid_ros.io.trajectory import DataError
 
 __all__ = ['posterior_paths', 'write_atomic', 'write_posterior', 'load_posterior',
-           'load_laplace', 'resume_refusal']
+           'load_laplace', 'load_innovations', 'resume_refusal', 'INNOVATION_KEYS']
+
+# The npz keys of the innovations' (offsets, prior covariances, window covariances).
+INNOVATION_KEYS = ('innovation_offsets', 'innovation_prior_covariances',
+                   'innovation_window_covariances')
 
 
 def posterior_paths(path: str | os.PathLike) -> tuple[str, str]:
@@ -91,6 +97,21 @@ def load_laplace(path: str | os.PathLike, names) -> tuple[np.ndarray, np.ndarray
     return mean, cov, scale
 
 
+def load_innovations(path: str | os.PathLike, names
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(offsets (N, M), prior covariances (N, M, M), window covariances (N, M, M)) [physical]
+    of a posterior file, in the order of `names` (M,), or None where it has none."""
+    npz, _ = posterior_paths(path)
+    with np.load(npz, allow_pickle=False) as f:
+        if INNOVATION_KEYS[0] not in f:
+            return None
+        stored = [str(n) for n in f['names']]
+        order = [stored.index(n) for n in names]
+        offsets, prior, window = (np.asarray(f[k], dtype=float) for k in INNOVATION_KEYS)
+    pairs = np.ix_(np.arange(len(offsets)), order, order)
+    return offsets[:, order], prior[pairs], window[pairs]
+
+
 def resume_refusal(path: str | os.PathLike, names, model: str) -> str:
     """Why the posterior file `path` cannot be resumed by a session of parameters `names`
     (M,) on the model of fingerprint `model`; '' when it can (the same names, in any order,
@@ -112,14 +133,19 @@ def resume_refusal(path: str | os.PathLike, names, model: str) -> str:
 
 def write_posterior(npz: str, yml: str, theta, names, lower, upper, summary: dict,
                     model: str = '',
-                    laplace: tuple[np.ndarray, np.ndarray, float] | None = None) -> None:
+                    laplace: tuple[np.ndarray, np.ndarray, float] | None = None,
+                    innovations: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+                    ) -> None:
     """Write particles `theta` (P, M) with their `names`, `lower` and `upper` (M,) bounds, the
-    `model` fingerprint and the session's `laplace` (mean (M,), covariance (M, M), noise
-    scale; None: none) to `npz`, and the plain `summary` to `yml`, each atomically
+    `model` fingerprint, the session's `laplace` (mean (M,), covariance (M, M), noise
+    scale; None: none) and `innovations` (offsets (N, M), prior and window covariances
+    (N, M, M); None: none) to `npz`, and the plain `summary` to `yml`, each atomically
     (`write_atomic`)."""
     extra = {} if laplace is None else {'laplace_mean': laplace[0],
                                         'laplace_covariance': laplace[1],
                                         'noise_scale': np.array(laplace[2])}
+    if innovations is not None:
+        extra.update(zip(INNOVATION_KEYS, innovations))
     write_atomic(npz, lambda f: np.savez(f, particles=theta, names=np.array(names),
                                          lower=lower, upper=upper, model=np.array(model),
                                          **extra))

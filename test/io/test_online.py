@@ -166,6 +166,13 @@ def test_a_session_resumes_from_its_save_path_of_the_same_model_only(problem, ru
     assert run[0].summary is not None and after is not None
     np.testing.assert_allclose(after.mean, before.mean, rtol=1e-12)
     np.testing.assert_allclose(after.precision, before.precision, rtol=1e-9)
+    # And the windows' innovations its noise scale is read from: saved again as they were.
+    saved = posterior_files.load_innovations(npz, resumed.names)
+    assert saved is not None and len(saved[0]) >= 1
+    assert saved[0].shape[1:] == (len(resumed.names),)
+    again, _ = resumed.save(str(tmp_path / 'again'))
+    for was, now in zip(saved, posterior_files.load_innovations(again, resumed.names)):
+        np.testing.assert_array_equal(now, was)
     resumed.reset()                                       # back to the configured start
     assert resumed.sequential_prior() is None
     # Another model (a heavier nominal link) or other parameters: left alone, with the reason.
