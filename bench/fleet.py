@@ -41,7 +41,6 @@ import jax
 import numpy as np
 import yaml
 
-
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOMINAL = {'m1': 1.0, 'm2': 1.0, 'damping': [0.15, 0.08]}
 NAMES = ('link1.mass', 'link2.mass', 'joint1.damping', 'joint2.damping')

@@ -58,8 +58,7 @@ def run_task(fit_main: Callable[[list[str]], int], fit, extra: list[str], out: s
 
     if not _driver_alive(driver):
         return {'exit': None, 'skipped': 'sysid fleet is gone'}
-    record = {'input_hash': fleet_manifest.input_hash(fit, extra),
-              'input_stamp': fleet_manifest.input_stamp(fit, extra)}
+    record = fleet_manifest.input_record(fit, extra)
     start = time.perf_counter()
     arguments = [*fit.arguments(), *extra]
     code = fit_main([*arguments, '--out', out])

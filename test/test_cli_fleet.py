@@ -98,9 +98,7 @@ def test_a_fit_is_done_while_its_inputs_stamp_or_hash_the_same(fleet_inputs, tmp
     out.mkdir()
     (out / 'estimate.yaml').write_text('{}')
     assert not fleet_manifest.is_done(out, fit)
-    (out / fleet_manifest.TASK_FILE).write_text(json.dumps({
-        'input_hash': fleet_manifest.input_hash(fit),
-        'input_stamp': fleet_manifest.input_stamp(fit)}))
+    (out / fleet_manifest.TASK_FILE).write_text(json.dumps(fleet_manifest.input_record(fit)))
     assert fleet_manifest.is_done(out, fit)
     assert not fleet_manifest.is_done(out, fit, ['--method', 'nea'])
     # Touched, not changed: the stamp differs, the content hash does not.
@@ -113,9 +111,7 @@ def test_a_fit_is_done_while_its_inputs_stamp_or_hash_the_same(fleet_inputs, tmp
     assert not fleet_manifest.is_done(out, fit)
     # Without its estimate a folder is not done, whatever its record says.
     data.write_bytes((fleet_inputs / 'r1.npz').read_bytes())
-    (out / fleet_manifest.TASK_FILE).write_text(json.dumps({
-        'input_hash': fleet_manifest.input_hash(fit),
-        'input_stamp': fleet_manifest.input_stamp(fit)}))
+    (out / fleet_manifest.TASK_FILE).write_text(json.dumps(fleet_manifest.input_record(fit)))
     (out / 'estimate.yaml').unlink()
     assert not fleet_manifest.is_done(out, fit)
 

@@ -35,8 +35,8 @@ import yaml
 
 from sysid_ros.io.errors import InputError
 
-__all__ = ['FleetFit', 'Manifest', 'read_manifest', 'input_hash', 'input_stamp', 'TASK_FILE',
-           'is_done', 'task_record']
+__all__ = ['FleetFit', 'Manifest', 'read_manifest', 'input_hash', 'input_stamp',
+           'input_record', 'TASK_FILE', 'is_done', 'task_record']
 
 # Written into a fit's results folder once it is complete: its inputs' hash and outcome.
 TASK_FILE = 'fleet_task.json'
@@ -224,6 +224,12 @@ def input_stamp(fit: FleetFit, extra: Sequence[str] = ()) -> list:
         stat = file.stat()
         stamp.append([str(file), stat.st_size, stat.st_mtime_ns])
     return [*stamp, list(extra)]
+
+
+def input_record(fit: FleetFit, extra: Sequence[str] = ()) -> dict:
+    """{'input_hash', 'input_stamp'} of the fit's inputs: what a `TASK_FILE` holds for
+    `is_done`."""
+    return {'input_hash': input_hash(fit, extra), 'input_stamp': input_stamp(fit, extra)}
 
 
 def task_record(out: str | os.PathLike) -> dict | None:

@@ -4,11 +4,10 @@ For each robot model, every robot's latest fit (its `estimate.yaml`: posterior m
 of each parameter) enters `core.inference.population`: the robots that lie outside their
 siblings (leave-one-out, at `population.OUTLIER_LEVEL` for the whole fleet), the fleet
 distribution (mean and spread) of each parameter from the robots not flagged in it, and
-each robot's posterior under that fleet prior. Nothing is
-refitted. `fleet_summary` returns it as a plain dict (`fleet.yaml`); `write_report` writes one
-page, `fleet.html`: the fleet distribution per parameter, the per-robot table with own and
-fleet intervals and flags, each robot's fits over dates, each linking to its own
-`report.html`.
+each robot's posterior under that fleet prior. Nothing is refitted. `fleet_summary` returns
+it as a plain dict (`fleet.yaml`); `write_report` writes one page, `fleet.html`: the fleet
+distribution per parameter, the per-robot table with own and fleet intervals and flags, each
+robot's fits over dates, each linking to its own `report.html`.
 """
 
 from __future__ import annotations

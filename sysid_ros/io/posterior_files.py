@@ -79,6 +79,12 @@ def load_posterior(path: str | os.PathLike, names) -> np.ndarray:
     return particles
 
 
+def _order(f, names) -> list[int]:
+    """The index in the open npz `f`'s `names` of each of `names`."""
+    stored = [str(n) for n in f['names']]
+    return [stored.index(n) for n in names]
+
+
 def load_laplace(path: str | os.PathLike, names) -> tuple[np.ndarray, np.ndarray, float] | None:
     """(mean (M,), covariance (M, M) [physical], noise scale) of a posterior file, in the order
     of `names` (M,; all in the file, as `load_posterior` checks), or None where the file has
@@ -87,8 +93,7 @@ def load_laplace(path: str | os.PathLike, names) -> tuple[np.ndarray, np.ndarray
     with np.load(npz, allow_pickle=False) as f:
         if 'laplace_mean' not in f:
             return None
-        stored = [str(n) for n in f['names']]
-        order = [stored.index(n) for n in names]
+        order = _order(f, names)
         mean = np.asarray(f['laplace_mean'], dtype=float)[order]
         cov = np.asarray(f['laplace_covariance'], dtype=float)[np.ix_(order, order)]
         scale = float(f['noise_scale'])
@@ -105,8 +110,7 @@ def load_innovations(path: str | os.PathLike, names
     with np.load(npz, allow_pickle=False) as f:
         if INNOVATION_KEYS[0] not in f:
             return None
-        stored = [str(n) for n in f['names']]
-        order = [stored.index(n) for n in names]
+        order = _order(f, names)
         offsets, prior, window = (np.asarray(f[k], dtype=float) for k in INNOVATION_KEYS)
     pairs = np.ix_(np.arange(len(offsets)), order, order)
     return offsets[:, order], prior[pairs], window[pairs]
